@@ -1,0 +1,3 @@
+module github.com/kemu-dev/kemu
+
+go 1.26
