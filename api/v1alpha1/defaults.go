@@ -1,0 +1,220 @@
+package v1alpha1
+
+import (
+	"strings"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Defaults that are not KubeVirt's own, or that KubeVirt leaves to cluster
+// configuration, are decided here once for every component.
+const (
+	// DefaultMachineType is the machine type of a VMI that names none.
+	DefaultMachineType = "q35"
+	// DefaultCPUModel is the CPU model of a VMI that names none.
+	DefaultCPUModel = CPUModeHostModel
+	// DefaultTerminationGracePeriodSeconds is the guest's time to power off.
+	DefaultTerminationGracePeriodSeconds int64 = 30
+	// DefaultNetworkName names the pod network added when a VMI has none.
+	DefaultNetworkName = "default"
+	// DefaultInterfaceModel is the NIC model of an interface that names none.
+	DefaultInterfaceModel = "virtio"
+)
+
+// firmwareUUIDNamespace seeds the name-based UUIDs of VMIs without
+// firmware.uuid, so a VM keeps its SMBIOS UUID across restarts.
+var firmwareUUIDNamespace = uuid.MustParse("4e3a1b2c-6f0d-5b7e-9c1a-6b656d752e64")
+
+// DeriveFirmwareUUID returns the SMBIOS UUID kemu gives a VMI named name in
+// namespace when its spec has none.
+func DeriveFirmwareUUID(namespace, name string) types.UID {
+	return types.UID(uuid.NewSHA1(firmwareUUIDNamespace, []byte(namespace+"/"+name)).String())
+}
+
+// SetVirtualMachineInstanceDefaults fills in what a VMI leaves out, following
+// KubeVirt's rules. It is idempotent and never touches Unsupported fields.
+func SetVirtualMachineInstanceDefaults(vmi *VirtualMachineInstance) {
+	SetVirtualMachineInstanceSpecDefaults(&vmi.Spec, vmi.Namespace, vmi.Name)
+}
+
+// SetVirtualMachineDefaults fills in a VM: runStrategy from the deprecated
+// running field (or Halted), and its template's VMI defaults.
+func SetVirtualMachineDefaults(vm *VirtualMachine) {
+	if vm.Spec.RunStrategy == nil {
+		rs := RunStrategyHalted
+		if vm.Spec.Running != nil {
+			if *vm.Spec.Running {
+				rs = RunStrategyAlways
+			}
+			vm.Spec.Running = nil
+		}
+		vm.Spec.RunStrategy = &rs
+	}
+	if vm.Spec.Template != nil {
+		SetVirtualMachineInstanceSpecDefaults(&vm.Spec.Template.Spec, vm.Namespace, vm.Name)
+	}
+}
+
+// SetVirtualMachineInstanceSpecDefaults fills in a VMI spec. name and
+// namespace are the VMI's (or the VM's, for a template); an empty name leaves
+// firmware.uuid for later.
+func SetVirtualMachineInstanceSpecDefaults(spec *VirtualMachineInstanceSpec, namespace, name string) {
+	if spec.TerminationGracePeriodSeconds == nil {
+		grace := DefaultTerminationGracePeriodSeconds
+		spec.TerminationGracePeriodSeconds = &grace
+	}
+	setDomainDefaults(&spec.Domain, namespace, name)
+	setVolumeDefaults(spec)
+	setNetworkDefaults(spec)
+}
+
+func setDomainDefaults(d *DomainSpec, namespace, name string) {
+	if d.Machine == nil {
+		d.Machine = &Machine{}
+	}
+	if d.Machine.Type == "" {
+		d.Machine.Type = DefaultMachineType
+	}
+
+	if d.CPU == nil {
+		d.CPU = &CPU{}
+	}
+	for _, n := range []*uint32{&d.CPU.Sockets, &d.CPU.Cores, &d.CPU.Threads} {
+		if *n == 0 {
+			*n = 1
+		}
+	}
+	if d.CPU.Model == "" {
+		d.CPU.Model = DefaultCPUModel
+	}
+
+	// memory.guest comes from limits, then requests; requests.memory from guest.
+	if d.Memory == nil {
+		d.Memory = &Memory{}
+	}
+	if d.Memory.Guest == nil {
+		if q, ok := d.Resources.Limits[corev1.ResourceMemory]; ok {
+			q := q.DeepCopy()
+			d.Memory.Guest = &q
+		} else if q, ok := d.Resources.Requests[corev1.ResourceMemory]; ok {
+			q := q.DeepCopy()
+			d.Memory.Guest = &q
+		}
+	}
+	if _, ok := d.Resources.Requests[corev1.ResourceMemory]; !ok && d.Memory.Guest != nil {
+		if d.Resources.Requests == nil {
+			d.Resources.Requests = corev1.ResourceList{}
+		}
+		d.Resources.Requests[corev1.ResourceMemory] = d.Memory.Guest.DeepCopy()
+	}
+
+	if d.Firmware == nil {
+		d.Firmware = &Firmware{}
+	}
+	if d.Firmware.UUID == "" && name != "" {
+		d.Firmware.UUID = DeriveFirmwareUUID(namespace, name)
+	}
+	if b := d.Firmware.Bootloader; b != nil && b.EFI != nil && b.EFI.SecureBoot == nil {
+		on := true
+		b.EFI.SecureBoot = &on
+	}
+	if kb := d.Firmware.KernelBoot; kb != nil && kb.Container != nil && kb.Container.ImagePullPolicy == "" {
+		kb.Container.ImagePullPolicy = DefaultPullPolicy(kb.Container.Image)
+	}
+
+	if d.Features == nil {
+		d.Features = &Features{}
+	}
+	if d.Features.ACPI.Enabled == nil {
+		on := true
+		d.Features.ACPI.Enabled = &on
+	}
+}
+
+// setVolumeDefaults gives every volume without a disk a virtio disk and every
+// disk without a target a virtio disk target, as KubeVirt does.
+func setVolumeDefaults(spec *VirtualMachineInstanceSpec) {
+	disks := &spec.Domain.Devices.Disks
+	hasDisk := map[string]bool{}
+	for _, d := range *disks {
+		hasDisk[d.Name] = true
+	}
+	for _, v := range spec.Volumes {
+		if !hasDisk[v.Name] {
+			*disks = append(*disks, Disk{Name: v.Name})
+			hasDisk[v.Name] = true
+		}
+	}
+	for i := range *disks {
+		d := &(*disks)[i]
+		if d.Disk == nil && d.CDRom == nil && d.LUN == nil {
+			d.Disk = &DiskTarget{}
+		}
+		if d.Disk != nil && d.Disk.Bus == "" {
+			d.Disk.Bus = DiskBusVirtio
+		}
+		if d.CDRom != nil {
+			if d.CDRom.Bus == "" {
+				d.CDRom.Bus = DiskBusSATA
+			}
+			if d.CDRom.ReadOnly == nil {
+				ro := true
+				d.CDRom.ReadOnly = &ro
+			}
+		}
+	}
+	for i := range spec.Volumes {
+		if cd := spec.Volumes[i].ContainerDisk; cd != nil && cd.ImagePullPolicy == "" {
+			cd.ImagePullPolicy = DefaultPullPolicy(cd.Image)
+		}
+	}
+}
+
+// setNetworkDefaults adds the pod network behind masquerade when a VMI has no
+// interfaces and no networks, and fills in bindings, models and protocols.
+func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
+	devs := &spec.Domain.Devices
+	autoattach := devs.AutoattachPodInterface == nil || *devs.AutoattachPodInterface
+	if autoattach && len(devs.Interfaces) == 0 && len(spec.Networks) == 0 {
+		spec.Networks = []Network{{Name: DefaultNetworkName, Pod: &PodNetwork{}}}
+		devs.Interfaces = []Interface{{Name: DefaultNetworkName}}
+	}
+	for i := range devs.Interfaces {
+		iface := &devs.Interfaces[i]
+		if !iface.hasBinding() {
+			iface.Masquerade = &InterfaceMasquerade{}
+		}
+		if iface.Model == "" {
+			iface.Model = DefaultInterfaceModel
+		}
+		for j := range iface.Ports {
+			if iface.Ports[j].Protocol == "" {
+				iface.Ports[j].Protocol = "TCP"
+			}
+		}
+	}
+}
+
+func (i *Interface) hasBinding() bool {
+	return i.Bridge != nil || i.Masquerade != nil || i.Slirp != nil || i.SRIOV != nil ||
+		i.Macvtap != nil || i.Passt != nil || i.Binding != nil
+}
+
+// DefaultPullPolicy is Always for an image without a tag or tagged latest,
+// IfNotPresent otherwise (Kubernetes' rule for containers).
+func DefaultPullPolicy(image string) corev1.PullPolicy {
+	if strings.Contains(image, "@") {
+		return corev1.PullIfNotPresent
+	}
+	ref := image[strings.LastIndex(image, "/")+1:]
+	tag := ""
+	if i := strings.LastIndex(ref, ":"); i >= 0 {
+		tag = ref[i+1:]
+	}
+	if tag == "" || tag == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}

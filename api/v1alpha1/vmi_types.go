@@ -1,0 +1,784 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// VirtualMachineInstance is a running (or about to run) virtual machine: one
+// launcher Pod, one QEMU.
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=vmi;vmis,categories=kemu;all
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.interfaces[0].ipAddress`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=='Ready')].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type VirtualMachineInstance struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec VirtualMachineInstanceSpec `json:"spec"`
+	// +optional
+	Status VirtualMachineInstanceStatus `json:"status,omitempty"`
+}
+
+// VirtualMachineInstanceList is a list of VirtualMachineInstances.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type VirtualMachineInstanceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualMachineInstance `json:"items"`
+}
+
+// VirtualMachineInstanceSpec is the desired VM: its domain (the virtual
+// hardware), volumes, networks and scheduling.
+type VirtualMachineInstanceSpec struct {
+	// Domain is the virtual hardware.
+	Domain DomainSpec `json:"domain"`
+
+	// NodeSelector constrains the launcher Pod to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Affinity is copied to the launcher Pod.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// Tolerations are copied to the launcher Pod.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// TerminationGracePeriodSeconds is how long the guest gets to power off
+	// after an ACPI power-button press before QEMU is stopped. Default 30.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+	// EvictionStrategy says what happens when the node is drained.
+	// +optional
+	EvictionStrategy *EvictionStrategy `json:"evictionStrategy,omitempty"`
+	// StartStrategy Paused starts the VM with its CPUs stopped.
+	// +optional
+	StartStrategy *StartStrategy `json:"startStrategy,omitempty"`
+	// Volumes are the storage sources the domain's disks refer to by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Volumes []Volume `json:"volumes,omitempty"`
+	// Networks are the networks the domain's interfaces refer to by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Networks []Network `json:"networks,omitempty"`
+
+	// Unsupported KubeVirt fields: declared so they are rejected, not pruned.
+
+	PriorityClassName         *Unsupported `json:"priorityClassName,omitempty"`
+	SchedulerName             *Unsupported `json:"schedulerName,omitempty"`
+	TopologySpreadConstraints *Unsupported `json:"topologySpreadConstraints,omitempty"`
+	LivenessProbe             *Unsupported `json:"livenessProbe,omitempty"`
+	ReadinessProbe            *Unsupported `json:"readinessProbe,omitempty"`
+	Hostname                  *Unsupported `json:"hostname,omitempty"`
+	Subdomain                 *Unsupported `json:"subdomain,omitempty"`
+	DNSPolicy                 *Unsupported `json:"dnsPolicy,omitempty"`
+	DNSConfig                 *Unsupported `json:"dnsConfig,omitempty"`
+	AccessCredentials         *Unsupported `json:"accessCredentials,omitempty"`
+	Architecture              *Unsupported `json:"architecture,omitempty"`
+	ResourceClaims            *Unsupported `json:"resourceClaims,omitempty"`
+}
+
+// EvictionStrategy is what happens to the VMI when its node is drained.
+// +kubebuilder:validation:Enum=None;LiveMigrate;LiveMigrateIfPossible;External
+type EvictionStrategy string
+
+// Eviction strategies.
+const (
+	EvictionStrategyNone                  EvictionStrategy = "None"
+	EvictionStrategyLiveMigrate           EvictionStrategy = "LiveMigrate"
+	EvictionStrategyLiveMigrateIfPossible EvictionStrategy = "LiveMigrateIfPossible"
+	EvictionStrategyExternal              EvictionStrategy = "External"
+)
+
+// StartStrategy is how the VM starts.
+// +kubebuilder:validation:Enum=Paused
+type StartStrategy string
+
+// StartStrategyPaused starts QEMU with its CPUs stopped until unpaused.
+const StartStrategyPaused StartStrategy = "Paused"
+
+// DomainSpec is the virtual hardware.
+type DomainSpec struct {
+	// Resources are the launcher Pod's compute resources; requests.memory
+	// doubles as the guest memory when memory.guest is not set.
+	// +optional
+	Resources ResourceRequirements `json:"resources,omitempty"`
+	// CPU topology and model.
+	// +optional
+	CPU *CPU `json:"cpu,omitempty"`
+	// Memory of the guest.
+	// +optional
+	Memory *Memory `json:"memory,omitempty"`
+	// Machine type (q35 by default).
+	// +optional
+	Machine *Machine `json:"machine,omitempty"`
+	// Firmware: BIOS or EFI, UUID, serial, direct kernel boot.
+	// +optional
+	Firmware *Firmware `json:"firmware,omitempty"`
+	// Features such as ACPI.
+	// +optional
+	Features *Features `json:"features,omitempty"`
+	// Devices: disks, interfaces, and automatically attached devices.
+	Devices Devices `json:"devices"`
+
+	Clock           *Unsupported `json:"clock,omitempty"`
+	IOThreadsPolicy *Unsupported `json:"ioThreadsPolicy,omitempty"`
+	IOThreads       *Unsupported `json:"ioThreads,omitempty"`
+	Chassis         *Unsupported `json:"chassis,omitempty"`
+	LaunchSecurity  *Unsupported `json:"launchSecurity,omitempty"`
+}
+
+// ResourceRequirements are the launcher Pod's compute resources.
+type ResourceRequirements struct {
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	// +optional
+	Limits corev1.ResourceList `json:"limits,omitempty"`
+
+	OvercommitGuestOverhead *Unsupported `json:"overcommitGuestOverhead,omitempty"`
+}
+
+// CPU is the guest's CPU topology and model.
+type CPU struct {
+	// Sockets, cores per socket and threads per core. Each defaults to 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Sockets uint32 `json:"sockets,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Cores uint32 `json:"cores,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Threads uint32 `json:"threads,omitempty"`
+	// Model is host-passthrough, host-model (the default; both need KVM and
+	// fall back to QEMU's "max" model under TCG) or a QEMU CPU model name.
+	// +optional
+	Model string `json:"model,omitempty"`
+
+	Features              *Unsupported `json:"features,omitempty"`
+	DedicatedCPUPlacement *Unsupported `json:"dedicatedCpuPlacement,omitempty"`
+	NUMA                  *Unsupported `json:"numa,omitempty"`
+	IsolateEmulatorThread *Unsupported `json:"isolateEmulatorThread,omitempty"`
+	Realtime              *Unsupported `json:"realtime,omitempty"`
+	MaxSockets            *Unsupported `json:"maxSockets,omitempty"`
+}
+
+// CPU models with a meaning of their own.
+const (
+	CPUModeHostPassthrough = "host-passthrough"
+	CPUModeHostModel       = "host-model"
+)
+
+// Memory is the guest's memory.
+type Memory struct {
+	// Guest is the amount of memory the guest sees.
+	// +optional
+	Guest *resource.Quantity `json:"guest,omitempty"`
+
+	Hugepages *Unsupported `json:"hugepages,omitempty"`
+	MaxGuest  *Unsupported `json:"maxGuest,omitempty"`
+}
+
+// Machine is the emulated machine.
+type Machine struct {
+	// Type is a QEMU machine type: q35 (default), pc-q35-*, pc, pc-i440fx-*.
+	// +optional
+	Type string `json:"type,omitempty"`
+}
+
+// Firmware describes how the guest boots.
+type Firmware struct {
+	// UUID is the SMBIOS system UUID; derived from the VMI's name if empty.
+	// +optional
+	UUID types.UID `json:"uuid,omitempty"`
+	// Bootloader: BIOS (SeaBIOS, the default) or EFI (OVMF).
+	// +optional
+	Bootloader *Bootloader `json:"bootloader,omitempty"`
+	// Serial is the SMBIOS system serial number.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// KernelBoot boots a kernel and initrd directly.
+	// +optional
+	KernelBoot *KernelBoot `json:"kernelBoot,omitempty"`
+
+	ACPI *Unsupported `json:"acpi,omitempty"`
+}
+
+// Bootloader is BIOS or EFI, not both.
+// +kubebuilder:validation:XValidation:rule="!(has(self.bios) && has(self.efi))",message="bios and efi are mutually exclusive"
+type Bootloader struct {
+	// +optional
+	BIOS *BIOS `json:"bios,omitempty"`
+	// +optional
+	EFI *EFI `json:"efi,omitempty"`
+}
+
+// BIOS boots with SeaBIOS.
+type BIOS struct {
+	UseSerial *Unsupported `json:"useSerial,omitempty"`
+}
+
+// EFI boots with OVMF.
+type EFI struct {
+	// SecureBoot enables Secure Boot (default true, as in KubeVirt).
+	// +optional
+	SecureBoot *bool `json:"secureBoot,omitempty"`
+
+	Persistent *Unsupported `json:"persistent,omitempty"`
+}
+
+// KernelBoot boots a kernel (and initrd) taken from a container image.
+type KernelBoot struct {
+	// KernelArgs is the kernel command line; needs a kernel.
+	// +optional
+	KernelArgs string `json:"kernelArgs,omitempty"`
+	// Container holds the kernel and initrd.
+	// +optional
+	Container *KernelBootContainer `json:"container,omitempty"`
+}
+
+// KernelBootContainer is an image with a kernel and/or initrd in it.
+type KernelBootContainer struct {
+	// Image is the container image reference.
+	Image string `json:"image"`
+	// KernelPath is the kernel's path inside the image.
+	// +optional
+	KernelPath string `json:"kernelPath,omitempty"`
+	// InitrdPath is the initrd's path inside the image.
+	// +optional
+	InitrdPath string `json:"initrdPath,omitempty"`
+	// ImagePullPolicy as for containers.
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	ImagePullSecret *Unsupported `json:"imagePullSecret,omitempty"`
+}
+
+// Features are hypervisor features.
+type Features struct {
+	// ACPI is enabled unless set to enabled: false.
+	// +optional
+	ACPI FeatureState `json:"acpi,omitempty"`
+
+	APIC       *Unsupported `json:"apic,omitempty"`
+	HyperV     *Unsupported `json:"hyperv,omitempty"`
+	SMM        *Unsupported `json:"smm,omitempty"`
+	KVM        *Unsupported `json:"kvm,omitempty"`
+	Pvspinlock *Unsupported `json:"pvspinlock,omitempty"`
+}
+
+// FeatureState turns a feature on or off; unset means on.
+type FeatureState struct {
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// Devices are the guest's devices.
+type Devices struct {
+	// Disks attach volumes to the guest.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Disks []Disk `json:"disks,omitempty"`
+	// Interfaces attach networks to the guest.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Interfaces []Interface `json:"interfaces,omitempty"`
+	// AutoattachPodInterface adds a pod network interface when no interface
+	// is given (default true).
+	// +optional
+	AutoattachPodInterface *bool `json:"autoattachPodInterface,omitempty"`
+	// AutoattachSerialConsole adds a serial console (default true).
+	// +optional
+	AutoattachSerialConsole *bool `json:"autoattachSerialConsole,omitempty"`
+	// AutoattachMemBalloon adds a virtio memory balloon (default true).
+	// +optional
+	AutoattachMemBalloon *bool `json:"autoattachMemBalloon,omitempty"`
+	// Rng adds a virtio-rng device fed by the host's /dev/urandom.
+	// +optional
+	Rng *Rng `json:"rng,omitempty"`
+
+	UseVirtioTransitional      *Unsupported `json:"useVirtioTransitional,omitempty"`
+	DisableHotplug             *Unsupported `json:"disableHotplug,omitempty"`
+	Watchdog                   *Unsupported `json:"watchdog,omitempty"`
+	Inputs                     *Unsupported `json:"inputs,omitempty"`
+	AutoattachGraphicsDevice   *Unsupported `json:"autoattachGraphicsDevice,omitempty"`
+	AutoattachInputDevice      *Unsupported `json:"autoattachInputDevice,omitempty"`
+	AutoattachVSOCK            *Unsupported `json:"autoattachVSOCK,omitempty"`
+	BlockMultiQueue            *Unsupported `json:"blockMultiQueue,omitempty"`
+	NetworkInterfaceMultiqueue *Unsupported `json:"networkInterfaceMultiqueue,omitempty"`
+	GPUs                       *Unsupported `json:"gpus,omitempty"`
+	DownwardMetrics            *Unsupported `json:"downwardMetrics,omitempty"`
+	Filesystems                *Unsupported `json:"filesystems,omitempty"`
+	HostDevices                *Unsupported `json:"hostDevices,omitempty"`
+	ClientPassthrough          *Unsupported `json:"clientPassthrough,omitempty"`
+	Sound                      *Unsupported `json:"sound,omitempty"`
+	TPM                        *Unsupported `json:"tpm,omitempty"`
+	LogSerialConsole           *Unsupported `json:"logSerialConsole,omitempty"`
+}
+
+// Rng is a virtio random number generator.
+type Rng struct{}
+
+// Disk attaches the volume of the same name to the guest.
+// +kubebuilder:validation:XValidation:rule="[has(self.disk), has(self.cdrom), has(self.lun)].filter(x, x).size() <= 1",message="a disk is one of disk, cdrom or lun"
+type Disk struct {
+	// Name is the name of the volume this disk attaches.
+	Name string `json:"name"`
+	// Disk attaches the volume as a hard disk.
+	// +optional
+	Disk *DiskTarget `json:"disk,omitempty"`
+	// CDRom attaches the volume as a CD-ROM.
+	// +optional
+	CDRom *CDRomTarget `json:"cdrom,omitempty"`
+	// BootOrder is the boot priority (1 first); disks without it are not
+	// bootable unless no device has one.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	BootOrder *uint `json:"bootOrder,omitempty"`
+	// Serial is the disk's serial number as the guest sees it.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.+-]+$`
+	// +kubebuilder:validation:MaxLength=20
+	Serial string `json:"serial,omitempty"`
+
+	LUN               *Unsupported `json:"lun,omitempty"`
+	DedicatedIOThread *Unsupported `json:"dedicatedIOThread,omitempty"`
+	Cache             *Unsupported `json:"cache,omitempty"`
+	IO                *Unsupported `json:"io,omitempty"`
+	Tag               *Unsupported `json:"tag,omitempty"`
+	BlockSize         *Unsupported `json:"blockSize,omitempty"`
+	Shareable         *Unsupported `json:"shareable,omitempty"`
+	ErrorPolicy       *Unsupported `json:"errorPolicy,omitempty"`
+}
+
+// DiskBus is how a disk is attached.
+// +kubebuilder:validation:Enum=virtio;sata;scsi
+type DiskBus string
+
+// Disk buses.
+const (
+	DiskBusVirtio DiskBus = "virtio"
+	DiskBusSATA   DiskBus = "sata"
+	DiskBusSCSI   DiskBus = "scsi"
+)
+
+// DiskTarget attaches a volume as a hard disk.
+type DiskTarget struct {
+	// Bus is virtio (default), sata or scsi.
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly makes the disk read-only to the guest.
+	// +optional
+	ReadOnly bool `json:"readonly,omitempty"`
+
+	PCIAddress *Unsupported `json:"pciAddress,omitempty"`
+}
+
+// CDRomTarget attaches a volume as a CD-ROM.
+type CDRomTarget struct {
+	// Bus is sata (default) or scsi.
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly defaults to true; a CD-ROM cannot be writable.
+	// +optional
+	ReadOnly *bool `json:"readonly,omitempty"`
+
+	Tray *Unsupported `json:"tray,omitempty"`
+}
+
+// Interface attaches the network of the same name to the guest.
+// +kubebuilder:validation:XValidation:rule="[has(self.bridge), has(self.masquerade), has(self.slirp), has(self.sriov), has(self.macvtap), has(self.passt), has(self.binding)].filter(x, x).size() <= 1",message="an interface has one binding: masquerade or bridge"
+type Interface struct {
+	// Name is the name of the network this interface attaches.
+	Name string `json:"name"`
+	// Model is the NIC model: virtio (default), e1000, e1000e or rtl8139.
+	// +optional
+	// +kubebuilder:validation:Enum=virtio;e1000;e1000e;rtl8139
+	Model string `json:"model,omitempty"`
+	// Bridge connects the guest to the pod interface: it gets the pod's IP.
+	// +optional
+	Bridge *InterfaceBridge `json:"bridge,omitempty"`
+	// Masquerade puts the guest behind NAT on the pod interface.
+	// +optional
+	Masquerade *InterfaceMasquerade `json:"masquerade,omitempty"`
+	// Ports forwarded to the guest (masquerade only); empty means all.
+	// +optional
+	Ports []Port `json:"ports,omitempty"`
+	// MacAddress of the guest NIC.
+	// +optional
+	MacAddress string `json:"macAddress,omitempty"`
+
+	Slirp       *Unsupported `json:"slirp,omitempty"`
+	SRIOV       *Unsupported `json:"sriov,omitempty"`
+	Macvtap     *Unsupported `json:"macvtap,omitempty"`
+	Passt       *Unsupported `json:"passt,omitempty"`
+	Binding     *Unsupported `json:"binding,omitempty"`
+	BootOrder   *Unsupported `json:"bootOrder,omitempty"`
+	PCIAddress  *Unsupported `json:"pciAddress,omitempty"`
+	DHCPOptions *Unsupported `json:"dhcpOptions,omitempty"`
+	Tag         *Unsupported `json:"tag,omitempty"`
+	ACPIIndex   *Unsupported `json:"acpiIndex,omitempty"`
+	State       *Unsupported `json:"state,omitempty"`
+}
+
+// InterfaceBridge is the bridge binding.
+type InterfaceBridge struct{}
+
+// InterfaceMasquerade is the masquerade (NAT) binding.
+type InterfaceMasquerade struct{}
+
+// Port is a port forwarded to the guest.
+type Port struct {
+	// Name of the port.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Protocol is TCP (default) or UDP.
+	// +optional
+	// +kubebuilder:validation:Enum=TCP;UDP
+	Protocol string `json:"protocol,omitempty"`
+	// Port number.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// Volume is a named storage source.
+// +kubebuilder:validation:XValidation:rule="[has(self.containerDisk), has(self.cloudInitNoCloud), has(self.emptyDisk), has(self.hostDisk), has(self.persistentVolumeClaim), has(self.dataVolume), has(self.cloudInitConfigDrive), has(self.sysprep), has(self.ephemeral), has(self.configMap), has(self.secret), has(self.serviceAccount), has(self.downwardAPI), has(self.downwardMetrics), has(self.memoryDump)].filter(x, x).size() == 1",message="a volume has exactly one source"
+type Volume struct {
+	// Name is referenced by a disk.
+	Name string `json:"name"`
+	// ContainerDisk is a disk image shipped in a container image, used
+	// read-only under a throw-away overlay.
+	// +optional
+	ContainerDisk *ContainerDiskSource `json:"containerDisk,omitempty"`
+	// CloudInitNoCloud builds a "cidata" ISO for cloud-init.
+	// +optional
+	CloudInitNoCloud *CloudInitNoCloudSource `json:"cloudInitNoCloud,omitempty"`
+	// EmptyDisk is a blank disk that lives and dies with the VMI.
+	// +optional
+	EmptyDisk *EmptyDiskSource `json:"emptyDisk,omitempty"`
+	// HostDisk is a disk image file on the node.
+	// +optional
+	HostDisk *HostDisk `json:"hostDisk,omitempty"`
+	// PersistentVolumeClaim is a file or block device from a PVC.
+	// +optional
+	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
+
+	DataVolume           *Unsupported `json:"dataVolume,omitempty"`
+	CloudInitConfigDrive *Unsupported `json:"cloudInitConfigDrive,omitempty"`
+	Sysprep              *Unsupported `json:"sysprep,omitempty"`
+	Ephemeral            *Unsupported `json:"ephemeral,omitempty"`
+	ConfigMap            *Unsupported `json:"configMap,omitempty"`
+	Secret               *Unsupported `json:"secret,omitempty"`
+	ServiceAccount       *Unsupported `json:"serviceAccount,omitempty"`
+	DownwardAPI          *Unsupported `json:"downwardAPI,omitempty"`
+	DownwardMetrics      *Unsupported `json:"downwardMetrics,omitempty"`
+	MemoryDump           *Unsupported `json:"memoryDump,omitempty"`
+}
+
+// ContainerDiskSource is a disk image inside a container image.
+type ContainerDiskSource struct {
+	// Image is the container image reference.
+	Image string `json:"image"`
+	// Path of the disk image inside the container; default: the single file
+	// under /disk/.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// ImagePullPolicy as for containers.
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	ImagePullSecret *Unsupported `json:"imagePullSecret,omitempty"`
+}
+
+// CloudInitNoCloudSource is cloud-init NoCloud data.
+// +kubebuilder:validation:XValidation:rule="[has(self.userData), has(self.userDataBase64), has(self.secretRef)].filter(x, x).size() <= 1",message="userData, userDataBase64 and secretRef are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="!(has(self.networkData) && has(self.networkDataBase64))",message="networkData and networkDataBase64 are mutually exclusive"
+type CloudInitNoCloudSource struct {
+	// UserData is the cloud-init user-data, inline.
+	// +optional
+	UserData string `json:"userData,omitempty"`
+	// UserDataBase64 is the user-data, base64-encoded.
+	// +optional
+	UserDataBase64 string `json:"userDataBase64,omitempty"`
+	// SecretRef names a Secret holding "userdata" (or "userData") and optionally
+	// "networkdata" (or "networkData").
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+	// NetworkData is the cloud-init network-config, inline.
+	// +optional
+	NetworkData string `json:"networkData,omitempty"`
+	// NetworkDataBase64 is the network-config, base64-encoded.
+	// +optional
+	NetworkDataBase64 string `json:"networkDataBase64,omitempty"`
+
+	NetworkDataSecretRef *Unsupported `json:"networkDataSecretRef,omitempty"`
+}
+
+// EmptyDiskSource is a blank disk of a given size.
+type EmptyDiskSource struct {
+	// Capacity of the disk.
+	Capacity resource.Quantity `json:"capacity"`
+}
+
+// HostDiskType says whether a host disk must exist.
+// +kubebuilder:validation:Enum=Disk;DiskOrCreate
+type HostDiskType string
+
+// Host disk types.
+const (
+	HostDiskExists         HostDiskType = "Disk"
+	HostDiskExistsOrCreate HostDiskType = "DiskOrCreate"
+)
+
+// HostDisk is a raw disk image file on the node.
+type HostDisk struct {
+	// Path of the image file on the node.
+	Path string `json:"path"`
+	// Type: Disk (must exist) or DiskOrCreate (created sparse with capacity).
+	Type HostDiskType `json:"type"`
+	// Capacity of a disk created by DiskOrCreate.
+	// +optional
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+
+	Shared *Unsupported `json:"shared,omitempty"`
+}
+
+// PersistentVolumeClaimVolumeSource is a PVC, as file system (disk.img) or block.
+type PersistentVolumeClaimVolumeSource struct {
+	// ClaimName is the PVC's name in the VMI's namespace.
+	ClaimName string `json:"claimName"`
+	// ReadOnly attaches the claim read-only.
+	// +optional
+	ReadOnly bool `json:"readOnly,omitempty"`
+
+	Hotpluggable *Unsupported `json:"hotpluggable,omitempty"`
+}
+
+// Network is a named network an interface attaches.
+// +kubebuilder:validation:XValidation:rule="[has(self.pod), has(self.multus)].filter(x, x).size() == 1",message="a network has exactly one source: pod"
+type Network struct {
+	// Name is referenced by an interface.
+	Name string `json:"name"`
+	// Pod is the Pod's own network.
+	// +optional
+	Pod *PodNetwork `json:"pod,omitempty"`
+
+	Multus *Unsupported `json:"multus,omitempty"`
+}
+
+// PodNetwork is the Pod's network.
+type PodNetwork struct {
+	// VMNetworkCIDR is the guest's IPv4 network behind masquerade
+	// (default 10.0.2.0/24; the guest gets .2).
+	// +optional
+	VMNetworkCIDR string `json:"vmNetworkCIDR,omitempty"`
+
+	VMIPv6NetworkCIDR *Unsupported `json:"vmIPv6NetworkCIDR,omitempty"`
+}
+
+// VirtualMachineInstancePhase is where a VMI is in its life.
+// +kubebuilder:validation:Enum="";Pending;Scheduling;Scheduled;Running;Succeeded;Failed;Unknown
+type VirtualMachineInstancePhase string
+
+// VMI phases.
+const (
+	VmPhaseUnset VirtualMachineInstancePhase = ""
+	Pending      VirtualMachineInstancePhase = "Pending"
+	Scheduling   VirtualMachineInstancePhase = "Scheduling"
+	Scheduled    VirtualMachineInstancePhase = "Scheduled"
+	Running      VirtualMachineInstancePhase = "Running"
+	Succeeded    VirtualMachineInstancePhase = "Succeeded"
+	Failed       VirtualMachineInstancePhase = "Failed"
+	Unknown      VirtualMachineInstancePhase = "Unknown"
+)
+
+// IsFinal says whether the VMI has ended for good.
+func (p VirtualMachineInstancePhase) IsFinal() bool { return p == Succeeded || p == Failed }
+
+// VirtualMachineInstanceStatus is what the controller and node agent observed.
+type VirtualMachineInstanceStatus struct {
+	// Phase is where the VMI is in its life.
+	// +optional
+	Phase VirtualMachineInstancePhase `json:"phase,omitempty"`
+	// PhaseTransitionTimestamps records when each phase was entered.
+	// +optional
+	PhaseTransitionTimestamps []VirtualMachineInstancePhaseTransitionTimestamp `json:"phaseTransitionTimestamps,omitempty"`
+	// Conditions: Ready, Paused, AgentConnected, LiveMigratable,
+	// SoftwareEmulation, Synchronized.
+	// +optional
+	Conditions []VirtualMachineInstanceCondition `json:"conditions,omitempty"`
+	// NodeName is the node the VMI runs on.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// Reason is a short, machine-readable reason for the phase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Interfaces as seen from the guest agent or the launcher.
+	// +optional
+	Interfaces []VirtualMachineInstanceNetworkInterface `json:"interfaces,omitempty"`
+	// GuestOSInfo from the guest agent.
+	// +optional
+	GuestOSInfo VirtualMachineInstanceGuestOSInfo `json:"guestOSInfo,omitempty"`
+	// MigrationState of the latest migration.
+	// +optional
+	MigrationState *VirtualMachineInstanceMigrationState `json:"migrationState,omitempty"`
+	// LauncherPod is the name of the Pod running the VM (kemu addition).
+	// +optional
+	LauncherPod string `json:"launcherPod,omitempty"`
+	// ActivePods maps launcher Pod UIDs to their node names.
+	// +optional
+	ActivePods map[types.UID]string `json:"activePods,omitempty"`
+	// QOSClass of the launcher Pod.
+	// +optional
+	QOSClass *corev1.PodQOSClass `json:"qosClass,omitempty"`
+}
+
+// VirtualMachineInstancePhaseTransitionTimestamp records a phase change.
+type VirtualMachineInstancePhaseTransitionTimestamp struct {
+	// +optional
+	Phase VirtualMachineInstancePhase `json:"phase,omitempty"`
+	// +optional
+	PhaseTransitionTimestamp metav1.Time `json:"phaseTransitionTimestamp,omitempty"`
+}
+
+// VirtualMachineInstanceConditionType names a VMI condition.
+type VirtualMachineInstanceConditionType string
+
+// VMI conditions.
+const (
+	VirtualMachineInstanceReady             VirtualMachineInstanceConditionType = "Ready"
+	VirtualMachineInstancePaused            VirtualMachineInstanceConditionType = "Paused"
+	VirtualMachineInstanceAgentConnected    VirtualMachineInstanceConditionType = "AgentConnected"
+	VirtualMachineInstanceIsMigratable      VirtualMachineInstanceConditionType = "LiveMigratable"
+	VirtualMachineInstanceSoftwareEmulation VirtualMachineInstanceConditionType = "SoftwareEmulation"
+	VirtualMachineInstanceSynchronized      VirtualMachineInstanceConditionType = "Synchronized"
+)
+
+// VirtualMachineInstanceCondition is one condition of a VMI.
+type VirtualMachineInstanceCondition struct {
+	Type   VirtualMachineInstanceConditionType `json:"type"`
+	Status corev1.ConditionStatus              `json:"status"`
+	// +optional
+	LastProbeTime metav1.Time `json:"lastProbeTime,omitempty"`
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// VirtualMachineInstanceNetworkInterface is an interface as observed.
+type VirtualMachineInstanceNetworkInterface struct {
+	// Name of the interface in the VMI spec.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// MAC address.
+	// +optional
+	MAC string `json:"mac,omitempty"`
+	// IPAddress is the primary IP.
+	// +optional
+	IPAddress string `json:"ipAddress,omitempty"`
+	// IPAddresses are all IPs.
+	// +optional
+	IPAddresses []string `json:"ipAddresses,omitempty"`
+	// InterfaceName inside the guest.
+	// +optional
+	InterfaceName string `json:"interfaceName,omitempty"`
+	// InfoSource says where the data came from: domain, guest-agent, or both
+	// (comma-separated).
+	// +optional
+	InfoSource string `json:"infoSource,omitempty"`
+}
+
+// VirtualMachineInstanceGuestOSInfo is the guest OS as the agent reports it.
+type VirtualMachineInstanceGuestOSInfo struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	KernelRelease string `json:"kernelRelease,omitempty"`
+	// +optional
+	Version string `json:"version,omitempty"`
+	// +optional
+	PrettyName string `json:"prettyName,omitempty"`
+	// +optional
+	VersionID string `json:"versionId,omitempty"`
+	// +optional
+	KernelVersion string `json:"kernelVersion,omitempty"`
+	// +optional
+	Machine string `json:"machine,omitempty"`
+	// +optional
+	ID string `json:"id,omitempty"`
+}
+
+// MigrationMode is how memory moves.
+type MigrationMode string
+
+// Migration modes.
+const (
+	MigrationPreCopy  MigrationMode = "PreCopy"
+	MigrationPostCopy MigrationMode = "PostCopy"
+)
+
+// MigrationAbortStatus is the state of a cancellation.
+type MigrationAbortStatus string
+
+// Migration abort states.
+const (
+	MigrationAbortSucceeded  MigrationAbortStatus = "Succeeded"
+	MigrationAbortFailed     MigrationAbortStatus = "Failed"
+	MigrationAbortInProgress MigrationAbortStatus = "Aborting"
+)
+
+// VirtualMachineInstanceMigrationState is the state of a VMI's migration.
+type VirtualMachineInstanceMigrationState struct {
+	// +optional
+	StartTimestamp *metav1.Time `json:"startTimestamp,omitempty"`
+	// +optional
+	EndTimestamp *metav1.Time `json:"endTimestamp,omitempty"`
+	// +optional
+	TargetNodeDomainDetected bool `json:"targetNodeDomainDetected,omitempty"`
+	// +optional
+	TargetNodeDomainReadyTimestamp *metav1.Time `json:"targetNodeDomainReadyTimestamp,omitempty"`
+	// +optional
+	TargetNodeAddress string `json:"targetNodeAddress,omitempty"`
+	// +optional
+	TargetNode string `json:"targetNode,omitempty"`
+	// +optional
+	TargetPod string `json:"targetPod,omitempty"`
+	// +optional
+	SourceNode string `json:"sourceNode,omitempty"`
+	// +optional
+	SourcePod string `json:"sourcePod,omitempty"`
+	// +optional
+	Completed bool `json:"completed,omitempty"`
+	// +optional
+	Failed bool `json:"failed,omitempty"`
+	// +optional
+	AbortRequested bool `json:"abortRequested,omitempty"`
+	// +optional
+	AbortStatus MigrationAbortStatus `json:"abortStatus,omitempty"`
+	// +optional
+	FailureReason string `json:"failureReason,omitempty"`
+	// +optional
+	MigrationUID types.UID `json:"migrationUid,omitempty"`
+	// +optional
+	Mode MigrationMode `json:"mode,omitempty"`
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kemu-dev/kemu/api/manifest"
+)
+
+func newValidateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE...",
+		Short: "Check kemu or KubeVirt manifests (YAML or JSON) and print every error with its field path",
+		Long: `validate reads each FILE ("-" for standard input), which may hold several
+YAML documents, JSON, or a List, of kemu.dev/v1alpha1 or kubevirt.io/v1
+VirtualMachineInstance, VirtualMachine and VirtualMachineInstanceMigration
+objects. It applies kemu's defaults and prints every problem with its field
+path. The exit status is 1 if any document has an error.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bad := false
+			for _, name := range args {
+				docs, err := readManifest(name, cmd.InOrStdin())
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
+					bad = true
+				}
+				for _, d := range docs {
+					where := fmt.Sprintf("%s#%d %s", name, d.Index, d.Describe())
+					if len(d.Errors) == 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", where)
+						continue
+					}
+					bad = true
+					for _, e := range d.Errors {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", where, e.Error())
+					}
+				}
+				if err == nil && len(docs) == 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: no documents\n", name)
+					bad = true
+				}
+			}
+			if bad {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+}
+
+// readManifest reads the documents of a file, or of stdin for "-".
+func readManifest(name string, stdin io.Reader) ([]*manifest.Document, error) {
+	if name == "-" {
+		return manifest.Read(stdin)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return manifest.Read(f)
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Regenerates every generated file: deepcopy, CRDs, clientset, listers, informers.
+# Running it twice changes nothing. Tools come from hack/install-deps.sh (pinned).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=$root/_out/tools/bin
+module=github.com/kemu-dev/kemu
+header=$root/hack/boilerplate.go.txt
+
+"$bin/controller-gen" object:headerFile="$header" paths=./api/...
+rm -rf deploy/crd
+"$bin/controller-gen" crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=deploy/crd
+
+out=api/client
+rm -rf "$out"
+"$bin/client-gen" --go-header-file "$header" --clientset-name versioned \
+	--input-base "" --input "$module/api/v1alpha1" \
+	--output-dir "$out/clientset" --output-pkg "$module/$out/clientset"
+"$bin/lister-gen" --go-header-file "$header" \
+	--output-dir "$out/listers" --output-pkg "$module/$out/listers" "$module/api/v1alpha1"
+"$bin/informer-gen" --go-header-file "$header" \
+	--versioned-clientset-package "$module/$out/clientset/versioned" \
+	--listers-package "$module/$out/listers" \
+	--output-dir "$out/informers" --output-pkg "$module/$out/informers" "$module/api/v1alpha1"
+gofmt -w api
