@@ -65,7 +65,7 @@ func Convert(d *Document) (*Converted, error) {
 	if err := json.Unmarshal(js, &again); err != nil {
 		return nil, fmt.Errorf("%s: %w", d.Describe(), err)
 	}
-	out.Errors = decode(d.Index, again).Errors
+	out.Errors = decode(d.Index, again, nil).Errors
 	return out, nil
 }
 

@@ -91,9 +91,14 @@ func Read(r io.Reader) ([]*Document, error) {
 		if len(bytes.TrimSpace(chunk)) == 0 || isOnlyComments(chunk) {
 			continue
 		}
-		js, err := yaml.YAMLToJSON(chunk)
-		if err != nil {
-			return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		// JSON is kept as written, so duplicate fields are reported with
+		// their paths; YAML with a duplicate key is refused by the strict
+		// converter, with its line.
+		js := bytes.TrimSpace(chunk)
+		if js[0] != '{' {
+			if js, err = yaml.YAMLToJSONStrict(chunk); err != nil {
+				return docs, fmt.Errorf("document %d: %w", len(docs), err)
+			}
 		}
 		if string(bytes.TrimSpace(js)) == "null" {
 			continue
@@ -109,11 +114,11 @@ func Read(r io.Reader) ([]*Document, error) {
 				if !ok {
 					return docs, fmt.Errorf("document %d: a List item is not an object", len(docs))
 				}
-				docs = append(docs, decode(len(docs), m))
+				docs = append(docs, decode(len(docs), m, nil))
 			}
 			continue
 		}
-		docs = append(docs, decode(len(docs), obj))
+		docs = append(docs, decode(len(docs), obj, js))
 	}
 	return docs, nil
 }
@@ -128,8 +133,9 @@ func isOnlyComments(chunk []byte) bool {
 	return true
 }
 
-// decode turns one generic document into a Document.
-func decode(index int, obj map[string]any) *Document {
+// decode turns one generic document into a Document. js is the document's
+// JSON as written, when there is one, so duplicate fields can be reported.
+func decode(index int, obj map[string]any, js []byte) *Document {
 	d := &Document{Index: index, raw: obj}
 	d.APIVersion, _ = obj["apiVersion"].(string)
 	d.Kind, _ = obj["kind"].(string)
@@ -168,10 +174,12 @@ func decode(index int, obj map[string]any) *Document {
 		return d
 	}
 
-	js, err := json.Marshal(obj)
-	if err != nil {
-		d.Errors = append(d.Errors, field.InternalError(nil, err))
-		return d
+	if js == nil {
+		var err error
+		if js, err = json.Marshal(obj); err != nil {
+			d.Errors = append(d.Errors, field.InternalError(nil, err))
+			return d
+		}
 	}
 	strict, err := sigsjson.UnmarshalStrict(js, target)
 	if err != nil {
@@ -194,12 +202,15 @@ func decode(index int, obj map[string]any) *Document {
 
 	switch o := target.(type) {
 	case *v1.VirtualMachineInstance:
+		o.APIVersion = v1.APIVersion
 		v1.SetVirtualMachineInstanceDefaults(o)
 		d.Errors = append(d.Errors, validation.ValidateVirtualMachineInstance(o)...)
 	case *v1.VirtualMachine:
+		o.APIVersion = v1.APIVersion
 		v1.SetVirtualMachineDefaults(o)
 		d.Errors = append(d.Errors, validation.ValidateVirtualMachine(o)...)
 	case *v1.VirtualMachineInstanceMigration:
+		o.APIVersion = v1.APIVersion
 		d.Errors = append(d.Errors, validation.ValidateVirtualMachineInstanceMigration(o)...)
 	}
 	for _, e := range d.Errors {

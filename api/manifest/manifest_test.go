@@ -1,0 +1,291 @@
+package manifest
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/api/validation"
+)
+
+func readString(t *testing.T, s string) []*Document {
+	t.Helper()
+	docs, err := Read(strings.NewReader(s))
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	return docs
+}
+
+func readFile(t *testing.T, name string) []*Document {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readString(t, string(data))
+}
+
+func keys(errs field.ErrorList) []string {
+	out := make([]string, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.Type.String()+" "+e.Field)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// KubeVirt-style manifests validate and convert cleanly, and what convert
+// writes reads back as a valid kemu manifest.
+func TestKubeVirtManifests(t *testing.T) {
+	files, _ := filepath.Glob("testdata/kubevirt/*")
+	if len(files) == 0 {
+		t.Fatal("no testdata")
+	}
+	kinds := map[string]bool{}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			for _, d := range readFile(t, f) {
+				kinds[d.Kind] = true
+				if !d.FromKubeVirt {
+					t.Errorf("%s: not recognised as KubeVirt", d.Describe())
+				}
+				if len(d.Errors) > 0 {
+					t.Errorf("%s: %v", d.Describe(), d.Errors)
+				}
+				c, err := Convert(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(c.Dropped) > 0 || len(c.Errors) > 0 {
+					t.Errorf("%s: dropped %v errors %v", d.Describe(), c.Dropped, c.Errors)
+				}
+				out, err := yaml.Marshal(c.Object)
+				if err != nil {
+					t.Fatal(err)
+				}
+				back := readString(t, string(out))
+				if len(back) != 1 || back[0].FromKubeVirt || len(back[0].Errors) > 0 {
+					t.Errorf("converted manifest does not read back cleanly:\n%s\n%+v", out, back[0].Errors)
+				}
+				if !equality.Semantic.DeepEqual(back[0].Object, d.Object) {
+					t.Errorf("converted object differs from the original's")
+				}
+			}
+		})
+	}
+	for _, k := range []string{KindVMI, KindVM, KindMigration} {
+		if !kinds[k] {
+			t.Errorf("testdata has no %s", k)
+		}
+	}
+}
+
+func TestBadManifests(t *testing.T) {
+	const head = "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstance\nmetadata: {name: vm}\n"
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{
+			name: "KubeVirt GPUs, SR-IOV, multus, dataVolume",
+			in:   mustRead(t, "testdata/bad/unsupported.yaml"),
+			want: []string{
+				"Forbidden spec.domain.devices.gpus",
+				"Forbidden spec.domain.devices.interfaces[1].sriov",
+				"Forbidden spec.networks[1].multus",
+				"Forbidden spec.volumes[0].dataVolume",
+			},
+		},
+		{
+			name: "unknown field (typo)",
+			in:   head + "spec:\n  domain:\n    memory: {guest: 64Mi}\n    devicez: {}\n    devices: {}\n",
+			want: []string{"Forbidden spec.domain.devicez"},
+		},
+		{
+			name: "unknown field inside a list",
+			in:   head + "spec:\n  domain:\n    memory: {guest: 64Mi}\n    devices: {}\n  volumes:\n  - name: a\n    containerDisk: {image: x:1, sizeGB: 4}\n",
+			want: []string{"Forbidden spec.volumes[0].containerDisk.sizeGB"},
+		},
+		{
+			name: "JSON with an unsupported field",
+			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"vm"},"spec":{"instancetype":{"name":"u1.small"},"runStrategy":"Always","template":{"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{}}}}}}`,
+			want: []string{"Forbidden spec.instancetype"},
+		},
+		{
+			name: "wrong type",
+			in:   head + "spec:\n  domain:\n    memory: {guest: 64Mi}\n    cpu: {cores: two}\n    devices: {}\n",
+			want: []string{"Invalid value spec.domain.cpu.cores"},
+		},
+		{
+			name: "duplicate field",
+			in:   `{"apiVersion":"kemu.dev/v1alpha1","kind":"VirtualMachineInstance","metadata":{"name":"vm"},"spec":{"domain":{"memory":{"guest":"64Mi"},"memory":{"guest":"64Mi"},"devices":{}}}}`,
+			want: []string{"Duplicate value spec.domain.memory"},
+		},
+		{
+			name: "foreign apiVersion",
+			in:   "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+			want: []string{"Unsupported value apiVersion"},
+		},
+		{
+			name: "KubeVirt kind kemu does not serve",
+			in:   "apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: kubevirt}\n",
+			want: []string{"Unsupported value kind"},
+		},
+		{
+			name: "a manifest with several mistakes reports them all",
+			in: head + `spec:
+  domain:
+    memory: {guest: 16Mi}
+    devices:
+      disks:
+      - name: nope
+      interfaces:
+      - name: lonely
+        masquerade: {}
+  volumes:
+  - name: both
+    containerDisk: {image: "x:1"}
+    emptyDisk: {capacity: 1Gi}
+`,
+			want: []string{
+				"Invalid value spec.domain.devices.disks[0].name",
+				"Invalid value spec.domain.devices.interfaces[0].name",
+				"Invalid value spec.domain.memory.guest",
+				"Invalid value spec.volumes[0]",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			docs := readString(t, tt.in)
+			if len(docs) != 1 {
+				t.Fatalf("%d documents", len(docs))
+			}
+			if got := keys(docs[0].Errors); !slices.Equal(got, tt.want) {
+				t.Errorf("errors:\n got  %q\n want %q\nfull: %v", got, tt.want, docs[0].Errors)
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, name string) string {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// Convert leaves out what kemu cannot carry and says so.
+func TestConvertDropsUnsupported(t *testing.T) {
+	docs := readFile(t, "testdata/bad/unsupported.yaml")
+	c, err := Convert(docs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"spec.domain.devices.gpus", "spec.domain.devices.interfaces[1].sriov", "spec.networks[1].multus", "spec.volumes[0].dataVolume"}
+	if !slices.Equal(c.Dropped, want) {
+		t.Errorf("dropped %q, want %q", c.Dropped, want)
+	}
+	out, _ := yaml.Marshal(c.Object)
+	for _, gone := range []string{"gpus", "sriov", "multus", "dataVolume", "kubevirt.io"} {
+		if strings.Contains(string(out), gone) {
+			t.Errorf("converted manifest still has %q:\n%s", gone, out)
+		}
+	}
+	if len(c.Errors) == 0 {
+		t.Error("a volume left without a source must still be reported")
+	}
+}
+
+// YAML -> Go -> YAML -> Go keeps everything, Unsupported values included.
+func TestRoundTrip(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*/*")
+	for _, f := range files {
+		for _, d := range readFile(t, f) {
+			if d.Object == nil {
+				continue
+			}
+			out, err := yaml.Marshal(d.Object)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			back := readString(t, string(out))
+			if len(back) != 1 {
+				t.Fatalf("%s: %d documents", f, len(back))
+			}
+			if !equality.Semantic.DeepEqual(back[0].Object, d.Object) {
+				t.Errorf("%s %s: round trip changed the object:\n%s", f, d.Describe(), out)
+			}
+			if got, want := keys(back[0].Errors), keys(d.Errors); !slices.Equal(got, want) {
+				t.Errorf("%s: errors after round trip %q, before %q", f, got, want)
+			}
+		}
+	}
+}
+
+func TestListsAndMultipleDocuments(t *testing.T) {
+	in := `# leading comment
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: kemu.dev/v1alpha1
+  kind: VirtualMachineInstanceMigration
+  metadata: {name: m1}
+  spec: {vmiName: a}
+- apiVersion: kubevirt.io/v1
+  kind: VirtualMachineInstanceMigration
+  metadata: {name: m2}
+  spec: {vmiName: b}
+---
+---
+apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstanceMigration
+metadata: {name: m3}
+spec: {}
+`
+	docs := readString(t, in)
+	if len(docs) != 3 {
+		t.Fatalf("%d documents, want 3", len(docs))
+	}
+	if len(docs[0].Errors)+len(docs[1].Errors) != 0 || !docs[1].FromKubeVirt {
+		t.Errorf("list items: %v %v", docs[0].Errors, docs[1].Errors)
+	}
+	if got := keys(docs[2].Errors); !slices.Equal(got, []string{"Required value spec.vmiName"}) {
+		t.Errorf("third: %q", got)
+	}
+	if m, ok := docs[1].Object.(*v1.VirtualMachineInstanceMigration); !ok || m.Spec.VMIName != "b" {
+		t.Errorf("second object %#v", docs[1].Object)
+	}
+}
+
+func TestNotYAML(t *testing.T) {
+	if _, err := Read(strings.NewReader("{not: [yaml")); err == nil {
+		t.Error("no error for broken YAML")
+	}
+}
+
+// Every Forbidden error about a KubeVirt field says it is unsupported.
+func TestUnsupportedMessages(t *testing.T) {
+	for _, d := range readFile(t, "testdata/bad/unsupported.yaml") {
+		for _, e := range d.Errors {
+			if !strings.Contains(e.Error(), "not support") || !strings.HasPrefix(e.Error(), e.Field) {
+				t.Errorf("message %q does not name the field and say it is unsupported", e.Error())
+			}
+			if e.Detail != validation.UnsupportedDetail {
+				t.Errorf("detail %q", e.Detail)
+			}
+		}
+	}
+}
