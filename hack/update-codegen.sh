@@ -13,7 +13,7 @@ rm -rf deploy/crd
 "$bin/controller-gen" crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=deploy/crd
 
 out=api/client
-rm -rf "$out"
+rm -rf "$out/clientset" "$out/listers" "$out/informers"
 "$bin/client-gen" --go-header-file "$header" --clientset-name versioned \
 	--input-base "" --input "$module/api/v1alpha1" \
 	--output-dir "$out/clientset" --output-pkg "$module/$out/clientset"
