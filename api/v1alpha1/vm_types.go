@@ -67,10 +67,10 @@ type VirtualMachineSpec struct {
 	// Template is the VMI to create.
 	Template *VirtualMachineInstanceTemplateSpec `json:"template"`
 
-	Instancetype          *Unsupported `json:"instancetype,omitempty"`
-	Preference            *Unsupported `json:"preference,omitempty"`
-	DataVolumeTemplates   *Unsupported `json:"dataVolumeTemplates,omitempty"`
-	UpdateVolumesStrategy *Unsupported `json:"updateVolumesStrategy,omitempty"`
+	Instancetype          *Unsupported       `json:"instancetype,omitempty"`
+	Preference            *Unsupported       `json:"preference,omitempty"`
+	DataVolumeTemplates   UnsupportedList    `json:"dataVolumeTemplates,omitempty"`
+	UpdateVolumesStrategy *UnsupportedScalar `json:"updateVolumesStrategy,omitempty"`
 }
 
 // VirtualMachineInstanceTemplateSpec is a VMI's metadata and spec.

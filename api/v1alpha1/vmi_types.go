@@ -78,18 +78,18 @@ type VirtualMachineInstanceSpec struct {
 
 	// Unsupported KubeVirt fields: declared so they are rejected, not pruned.
 
-	PriorityClassName         *Unsupported `json:"priorityClassName,omitempty"`
-	SchedulerName             *Unsupported `json:"schedulerName,omitempty"`
-	TopologySpreadConstraints *Unsupported `json:"topologySpreadConstraints,omitempty"`
-	LivenessProbe             *Unsupported `json:"livenessProbe,omitempty"`
-	ReadinessProbe            *Unsupported `json:"readinessProbe,omitempty"`
-	Hostname                  *Unsupported `json:"hostname,omitempty"`
-	Subdomain                 *Unsupported `json:"subdomain,omitempty"`
-	DNSPolicy                 *Unsupported `json:"dnsPolicy,omitempty"`
-	DNSConfig                 *Unsupported `json:"dnsConfig,omitempty"`
-	AccessCredentials         *Unsupported `json:"accessCredentials,omitempty"`
-	Architecture              *Unsupported `json:"architecture,omitempty"`
-	ResourceClaims            *Unsupported `json:"resourceClaims,omitempty"`
+	PriorityClassName         *UnsupportedScalar `json:"priorityClassName,omitempty"`
+	SchedulerName             *UnsupportedScalar `json:"schedulerName,omitempty"`
+	TopologySpreadConstraints UnsupportedList    `json:"topologySpreadConstraints,omitempty"`
+	LivenessProbe             *Unsupported       `json:"livenessProbe,omitempty"`
+	ReadinessProbe            *Unsupported       `json:"readinessProbe,omitempty"`
+	Hostname                  *UnsupportedScalar `json:"hostname,omitempty"`
+	Subdomain                 *UnsupportedScalar `json:"subdomain,omitempty"`
+	DNSPolicy                 *UnsupportedScalar `json:"dnsPolicy,omitempty"`
+	DNSConfig                 *Unsupported       `json:"dnsConfig,omitempty"`
+	AccessCredentials         UnsupportedList    `json:"accessCredentials,omitempty"`
+	Architecture              *UnsupportedScalar `json:"architecture,omitempty"`
+	ResourceClaims            UnsupportedList    `json:"resourceClaims,omitempty"`
 }
 
 // EvictionStrategy is what happens to the VMI when its node is drained.
@@ -135,11 +135,11 @@ type DomainSpec struct {
 	// Devices: disks, interfaces, and automatically attached devices.
 	Devices Devices `json:"devices"`
 
-	Clock           *Unsupported `json:"clock,omitempty"`
-	IOThreadsPolicy *Unsupported `json:"ioThreadsPolicy,omitempty"`
-	IOThreads       *Unsupported `json:"ioThreads,omitempty"`
-	Chassis         *Unsupported `json:"chassis,omitempty"`
-	LaunchSecurity  *Unsupported `json:"launchSecurity,omitempty"`
+	Clock           *Unsupported       `json:"clock,omitempty"`
+	IOThreadsPolicy *UnsupportedScalar `json:"ioThreadsPolicy,omitempty"`
+	IOThreads       *Unsupported       `json:"ioThreads,omitempty"`
+	Chassis         *Unsupported       `json:"chassis,omitempty"`
+	LaunchSecurity  *Unsupported       `json:"launchSecurity,omitempty"`
 }
 
 // ResourceRequirements are the launcher Pod's compute resources.
@@ -149,7 +149,7 @@ type ResourceRequirements struct {
 	// +optional
 	Limits corev1.ResourceList `json:"limits,omitempty"`
 
-	OvercommitGuestOverhead *Unsupported `json:"overcommitGuestOverhead,omitempty"`
+	OvercommitGuestOverhead *UnsupportedBool `json:"overcommitGuestOverhead,omitempty"`
 }
 
 // CPU is the guest's CPU topology and model.
@@ -169,12 +169,12 @@ type CPU struct {
 	// +optional
 	Model string `json:"model,omitempty"`
 
-	Features              *Unsupported `json:"features,omitempty"`
-	DedicatedCPUPlacement *Unsupported `json:"dedicatedCpuPlacement,omitempty"`
-	NUMA                  *Unsupported `json:"numa,omitempty"`
-	IsolateEmulatorThread *Unsupported `json:"isolateEmulatorThread,omitempty"`
-	Realtime              *Unsupported `json:"realtime,omitempty"`
-	MaxSockets            *Unsupported `json:"maxSockets,omitempty"`
+	Features              UnsupportedList    `json:"features,omitempty"`
+	DedicatedCPUPlacement *UnsupportedBool   `json:"dedicatedCpuPlacement,omitempty"`
+	NUMA                  *Unsupported       `json:"numa,omitempty"`
+	IsolateEmulatorThread *UnsupportedBool   `json:"isolateEmulatorThread,omitempty"`
+	Realtime              *Unsupported       `json:"realtime,omitempty"`
+	MaxSockets            *UnsupportedScalar `json:"maxSockets,omitempty"`
 }
 
 // CPU models with a meaning of their own.
@@ -189,8 +189,8 @@ type Memory struct {
 	// +optional
 	Guest *resource.Quantity `json:"guest,omitempty"`
 
-	Hugepages *Unsupported `json:"hugepages,omitempty"`
-	MaxGuest  *Unsupported `json:"maxGuest,omitempty"`
+	Hugepages *Unsupported       `json:"hugepages,omitempty"`
+	MaxGuest  *UnsupportedScalar `json:"maxGuest,omitempty"`
 }
 
 // Machine is the emulated machine.
@@ -229,7 +229,7 @@ type Bootloader struct {
 
 // BIOS boots with SeaBIOS.
 type BIOS struct {
-	UseSerial *Unsupported `json:"useSerial,omitempty"`
+	UseSerial *UnsupportedBool `json:"useSerial,omitempty"`
 }
 
 // EFI boots with OVMF.
@@ -238,7 +238,7 @@ type EFI struct {
 	// +optional
 	SecureBoot *bool `json:"secureBoot,omitempty"`
 
-	Persistent *Unsupported `json:"persistent,omitempty"`
+	Persistent *UnsupportedBool `json:"persistent,omitempty"`
 }
 
 // KernelBoot boots a kernel (and initrd) taken from a container image.
@@ -265,7 +265,7 @@ type KernelBootContainer struct {
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
-	ImagePullSecret *Unsupported `json:"imagePullSecret,omitempty"`
+	ImagePullSecret *UnsupportedScalar `json:"imagePullSecret,omitempty"`
 }
 
 // Features are hypervisor features.
@@ -313,30 +313,30 @@ type Devices struct {
 	// +optional
 	Rng *Rng `json:"rng,omitempty"`
 
-	UseVirtioTransitional      *Unsupported `json:"useVirtioTransitional,omitempty"`
-	DisableHotplug             *Unsupported `json:"disableHotplug,omitempty"`
-	Watchdog                   *Unsupported `json:"watchdog,omitempty"`
-	Inputs                     *Unsupported `json:"inputs,omitempty"`
-	AutoattachGraphicsDevice   *Unsupported `json:"autoattachGraphicsDevice,omitempty"`
-	AutoattachInputDevice      *Unsupported `json:"autoattachInputDevice,omitempty"`
-	AutoattachVSOCK            *Unsupported `json:"autoattachVSOCK,omitempty"`
-	BlockMultiQueue            *Unsupported `json:"blockMultiQueue,omitempty"`
-	NetworkInterfaceMultiqueue *Unsupported `json:"networkInterfaceMultiqueue,omitempty"`
-	GPUs                       *Unsupported `json:"gpus,omitempty"`
-	DownwardMetrics            *Unsupported `json:"downwardMetrics,omitempty"`
-	Filesystems                *Unsupported `json:"filesystems,omitempty"`
-	HostDevices                *Unsupported `json:"hostDevices,omitempty"`
-	ClientPassthrough          *Unsupported `json:"clientPassthrough,omitempty"`
-	Sound                      *Unsupported `json:"sound,omitempty"`
-	TPM                        *Unsupported `json:"tpm,omitempty"`
-	LogSerialConsole           *Unsupported `json:"logSerialConsole,omitempty"`
+	UseVirtioTransitional      *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
+	DisableHotplug             *UnsupportedBool `json:"disableHotplug,omitempty"`
+	Watchdog                   *Unsupported     `json:"watchdog,omitempty"`
+	Inputs                     UnsupportedList  `json:"inputs,omitempty"`
+	AutoattachGraphicsDevice   *UnsupportedBool `json:"autoattachGraphicsDevice,omitempty"`
+	AutoattachInputDevice      *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
+	AutoattachVSOCK            *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
+	BlockMultiQueue            *UnsupportedBool `json:"blockMultiQueue,omitempty"`
+	NetworkInterfaceMultiqueue *UnsupportedBool `json:"networkInterfaceMultiqueue,omitempty"`
+	GPUs                       UnsupportedList  `json:"gpus,omitempty"`
+	DownwardMetrics            *Unsupported     `json:"downwardMetrics,omitempty"`
+	Filesystems                UnsupportedList  `json:"filesystems,omitempty"`
+	HostDevices                UnsupportedList  `json:"hostDevices,omitempty"`
+	ClientPassthrough          *Unsupported     `json:"clientPassthrough,omitempty"`
+	Sound                      *Unsupported     `json:"sound,omitempty"`
+	TPM                        *Unsupported     `json:"tpm,omitempty"`
+	LogSerialConsole           *UnsupportedBool `json:"logSerialConsole,omitempty"`
 }
 
 // Rng is a virtio random number generator.
 type Rng struct{}
 
 // Disk attaches the volume of the same name to the guest.
-// +kubebuilder:validation:XValidation:rule="[has(self.disk), has(self.cdrom), has(self.lun)].filter(x, x).size() <= 1",message="a disk is one of disk, cdrom or lun"
+// +kubebuilder:validation:XValidation:rule="(has(self.disk) ? 1 : 0) + (has(self.cdrom) ? 1 : 0) + (has(self.lun) ? 1 : 0) <= 1",message="a disk is one of disk, cdrom or lun"
 type Disk struct {
 	// Name is the name of the volume this disk attaches.
 	Name string `json:"name"`
@@ -357,14 +357,14 @@ type Disk struct {
 	// +kubebuilder:validation:MaxLength=20
 	Serial string `json:"serial,omitempty"`
 
-	LUN               *Unsupported `json:"lun,omitempty"`
-	DedicatedIOThread *Unsupported `json:"dedicatedIOThread,omitempty"`
-	Cache             *Unsupported `json:"cache,omitempty"`
-	IO                *Unsupported `json:"io,omitempty"`
-	Tag               *Unsupported `json:"tag,omitempty"`
-	BlockSize         *Unsupported `json:"blockSize,omitempty"`
-	Shareable         *Unsupported `json:"shareable,omitempty"`
-	ErrorPolicy       *Unsupported `json:"errorPolicy,omitempty"`
+	LUN               *Unsupported       `json:"lun,omitempty"`
+	DedicatedIOThread *UnsupportedBool   `json:"dedicatedIOThread,omitempty"`
+	Cache             *UnsupportedScalar `json:"cache,omitempty"`
+	IO                *UnsupportedScalar `json:"io,omitempty"`
+	Tag               *UnsupportedScalar `json:"tag,omitempty"`
+	BlockSize         *Unsupported       `json:"blockSize,omitempty"`
+	Shareable         *UnsupportedBool   `json:"shareable,omitempty"`
+	ErrorPolicy       *UnsupportedScalar `json:"errorPolicy,omitempty"`
 }
 
 // DiskBus is how a disk is attached.
@@ -387,7 +387,7 @@ type DiskTarget struct {
 	// +optional
 	ReadOnly bool `json:"readonly,omitempty"`
 
-	PCIAddress *Unsupported `json:"pciAddress,omitempty"`
+	PCIAddress *UnsupportedScalar `json:"pciAddress,omitempty"`
 }
 
 // CDRomTarget attaches a volume as a CD-ROM.
@@ -399,11 +399,11 @@ type CDRomTarget struct {
 	// +optional
 	ReadOnly *bool `json:"readonly,omitempty"`
 
-	Tray *Unsupported `json:"tray,omitempty"`
+	Tray *UnsupportedScalar `json:"tray,omitempty"`
 }
 
 // Interface attaches the network of the same name to the guest.
-// +kubebuilder:validation:XValidation:rule="[has(self.bridge), has(self.masquerade), has(self.slirp), has(self.sriov), has(self.macvtap), has(self.passt), has(self.binding)].filter(x, x).size() <= 1",message="an interface has one binding: masquerade or bridge"
+// +kubebuilder:validation:XValidation:rule="(has(self.bridge) ? 1 : 0) + (has(self.masquerade) ? 1 : 0) + (has(self.slirp) ? 1 : 0) + (has(self.sriov) ? 1 : 0) + (has(self.macvtap) ? 1 : 0) + (has(self.passt) ? 1 : 0) + (has(self.binding) ? 1 : 0) <= 1",message="an interface has one binding: masquerade or bridge"
 type Interface struct {
 	// Name is the name of the network this interface attaches.
 	Name string `json:"name"`
@@ -424,17 +424,17 @@ type Interface struct {
 	// +optional
 	MacAddress string `json:"macAddress,omitempty"`
 
-	Slirp       *Unsupported `json:"slirp,omitempty"`
-	SRIOV       *Unsupported `json:"sriov,omitempty"`
-	Macvtap     *Unsupported `json:"macvtap,omitempty"`
-	Passt       *Unsupported `json:"passt,omitempty"`
-	Binding     *Unsupported `json:"binding,omitempty"`
-	BootOrder   *Unsupported `json:"bootOrder,omitempty"`
-	PCIAddress  *Unsupported `json:"pciAddress,omitempty"`
-	DHCPOptions *Unsupported `json:"dhcpOptions,omitempty"`
-	Tag         *Unsupported `json:"tag,omitempty"`
-	ACPIIndex   *Unsupported `json:"acpiIndex,omitempty"`
-	State       *Unsupported `json:"state,omitempty"`
+	Slirp       *Unsupported       `json:"slirp,omitempty"`
+	SRIOV       *Unsupported       `json:"sriov,omitempty"`
+	Macvtap     *Unsupported       `json:"macvtap,omitempty"`
+	Passt       *Unsupported       `json:"passt,omitempty"`
+	Binding     *Unsupported       `json:"binding,omitempty"`
+	BootOrder   *UnsupportedScalar `json:"bootOrder,omitempty"`
+	PCIAddress  *UnsupportedScalar `json:"pciAddress,omitempty"`
+	DHCPOptions *Unsupported       `json:"dhcpOptions,omitempty"`
+	Tag         *UnsupportedScalar `json:"tag,omitempty"`
+	ACPIIndex   *UnsupportedScalar `json:"acpiIndex,omitempty"`
+	State       *UnsupportedScalar `json:"state,omitempty"`
 }
 
 // InterfaceBridge is the bridge binding.
@@ -459,7 +459,7 @@ type Port struct {
 }
 
 // Volume is a named storage source.
-// +kubebuilder:validation:XValidation:rule="[has(self.containerDisk), has(self.cloudInitNoCloud), has(self.emptyDisk), has(self.hostDisk), has(self.persistentVolumeClaim), has(self.dataVolume), has(self.cloudInitConfigDrive), has(self.sysprep), has(self.ephemeral), has(self.configMap), has(self.secret), has(self.serviceAccount), has(self.downwardAPI), has(self.downwardMetrics), has(self.memoryDump)].filter(x, x).size() == 1",message="a volume has exactly one source"
+// +kubebuilder:validation:XValidation:rule="(has(self.containerDisk) ? 1 : 0) + (has(self.cloudInitNoCloud) ? 1 : 0) + (has(self.emptyDisk) ? 1 : 0) + (has(self.hostDisk) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.dataVolume) ? 1 : 0) + (has(self.cloudInitConfigDrive) ? 1 : 0) + (has(self.sysprep) ? 1 : 0) + (has(self.ephemeral) ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.secret) ? 1 : 0) + (has(self.serviceAccount) ? 1 : 0) + (has(self.downwardAPI) ? 1 : 0) + (has(self.downwardMetrics) ? 1 : 0) + (has(self.memoryDump) ? 1 : 0) == 1",message="a volume has exactly one source"
 type Volume struct {
 	// Name is referenced by a disk.
 	Name string `json:"name"`
@@ -504,11 +504,11 @@ type ContainerDiskSource struct {
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
-	ImagePullSecret *Unsupported `json:"imagePullSecret,omitempty"`
+	ImagePullSecret *UnsupportedScalar `json:"imagePullSecret,omitempty"`
 }
 
 // CloudInitNoCloudSource is cloud-init NoCloud data.
-// +kubebuilder:validation:XValidation:rule="[has(self.userData), has(self.userDataBase64), has(self.secretRef)].filter(x, x).size() <= 1",message="userData, userDataBase64 and secretRef are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="(has(self.userData) ? 1 : 0) + (has(self.userDataBase64) ? 1 : 0) + (has(self.secretRef) ? 1 : 0) <= 1",message="userData, userDataBase64 and secretRef are mutually exclusive"
 // +kubebuilder:validation:XValidation:rule="!(has(self.networkData) && has(self.networkDataBase64))",message="networkData and networkDataBase64 are mutually exclusive"
 type CloudInitNoCloudSource struct {
 	// UserData is the cloud-init user-data, inline.
@@ -557,7 +557,7 @@ type HostDisk struct {
 	// +optional
 	Capacity *resource.Quantity `json:"capacity,omitempty"`
 
-	Shared *Unsupported `json:"shared,omitempty"`
+	Shared *UnsupportedBool `json:"shared,omitempty"`
 }
 
 // PersistentVolumeClaimVolumeSource is a PVC, as file system (disk.img) or block.
@@ -568,11 +568,11 @@ type PersistentVolumeClaimVolumeSource struct {
 	// +optional
 	ReadOnly bool `json:"readOnly,omitempty"`
 
-	Hotpluggable *Unsupported `json:"hotpluggable,omitempty"`
+	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
 }
 
 // Network is a named network an interface attaches.
-// +kubebuilder:validation:XValidation:rule="[has(self.pod), has(self.multus)].filter(x, x).size() == 1",message="a network has exactly one source: pod"
+// +kubebuilder:validation:XValidation:rule="(has(self.pod) ? 1 : 0) + (has(self.multus) ? 1 : 0) == 1",message="a network has exactly one source: pod"
 type Network struct {
 	// Name is referenced by an interface.
 	Name string `json:"name"`
@@ -590,7 +590,7 @@ type PodNetwork struct {
 	// +optional
 	VMNetworkCIDR string `json:"vmNetworkCIDR,omitempty"`
 
-	VMIPv6NetworkCIDR *Unsupported `json:"vmIPv6NetworkCIDR,omitempty"`
+	VMIPv6NetworkCIDR *UnsupportedScalar `json:"vmIPv6NetworkCIDR,omitempty"`
 }
 
 // VirtualMachineInstancePhase is where a VMI is in its life.

@@ -31,7 +31,7 @@ func (in *BIOS) DeepCopyInto(out *BIOS) {
 	*out = *in
 	if in.UseSerial != nil {
 		in, out := &in.UseSerial, &out.UseSerial
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -81,7 +81,7 @@ func (in *CDRomTarget) DeepCopyInto(out *CDRomTarget) {
 	}
 	if in.Tray != nil {
 		in, out := &in.Tray, &out.Tray
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -101,12 +101,14 @@ func (in *CPU) DeepCopyInto(out *CPU) {
 	*out = *in
 	if in.Features != nil {
 		in, out := &in.Features, &out.Features
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.DedicatedCPUPlacement != nil {
 		in, out := &in.DedicatedCPUPlacement, &out.DedicatedCPUPlacement
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.NUMA != nil {
@@ -116,7 +118,7 @@ func (in *CPU) DeepCopyInto(out *CPU) {
 	}
 	if in.IsolateEmulatorThread != nil {
 		in, out := &in.IsolateEmulatorThread, &out.IsolateEmulatorThread
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.Realtime != nil {
@@ -126,7 +128,7 @@ func (in *CPU) DeepCopyInto(out *CPU) {
 	}
 	if in.MaxSockets != nil {
 		in, out := &in.MaxSockets, &out.MaxSockets
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -171,7 +173,7 @@ func (in *ContainerDiskSource) DeepCopyInto(out *ContainerDiskSource) {
 	*out = *in
 	if in.ImagePullSecret != nil {
 		in, out := &in.ImagePullSecret, &out.ImagePullSecret
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -225,12 +227,12 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	}
 	if in.UseVirtioTransitional != nil {
 		in, out := &in.UseVirtioTransitional, &out.UseVirtioTransitional
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.DisableHotplug != nil {
 		in, out := &in.DisableHotplug, &out.DisableHotplug
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.Watchdog != nil {
@@ -240,38 +242,42 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	}
 	if in.Inputs != nil {
 		in, out := &in.Inputs, &out.Inputs
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.AutoattachGraphicsDevice != nil {
 		in, out := &in.AutoattachGraphicsDevice, &out.AutoattachGraphicsDevice
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.AutoattachInputDevice != nil {
 		in, out := &in.AutoattachInputDevice, &out.AutoattachInputDevice
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.AutoattachVSOCK != nil {
 		in, out := &in.AutoattachVSOCK, &out.AutoattachVSOCK
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.BlockMultiQueue != nil {
 		in, out := &in.BlockMultiQueue, &out.BlockMultiQueue
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.NetworkInterfaceMultiqueue != nil {
 		in, out := &in.NetworkInterfaceMultiqueue, &out.NetworkInterfaceMultiqueue
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.GPUs != nil {
 		in, out := &in.GPUs, &out.GPUs
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.DownwardMetrics != nil {
 		in, out := &in.DownwardMetrics, &out.DownwardMetrics
@@ -280,13 +286,17 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	}
 	if in.Filesystems != nil {
 		in, out := &in.Filesystems, &out.Filesystems
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.HostDevices != nil {
 		in, out := &in.HostDevices, &out.HostDevices
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.ClientPassthrough != nil {
 		in, out := &in.ClientPassthrough, &out.ClientPassthrough
@@ -305,7 +315,7 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	}
 	if in.LogSerialConsole != nil {
 		in, out := &in.LogSerialConsole, &out.LogSerialConsole
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -345,22 +355,22 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 	}
 	if in.DedicatedIOThread != nil {
 		in, out := &in.DedicatedIOThread, &out.DedicatedIOThread
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.Cache != nil {
 		in, out := &in.Cache, &out.Cache
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.IO != nil {
 		in, out := &in.IO, &out.IO
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.Tag != nil {
 		in, out := &in.Tag, &out.Tag
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.BlockSize != nil {
@@ -370,12 +380,12 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 	}
 	if in.Shareable != nil {
 		in, out := &in.Shareable, &out.Shareable
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.ErrorPolicy != nil {
 		in, out := &in.ErrorPolicy, &out.ErrorPolicy
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -395,7 +405,7 @@ func (in *DiskTarget) DeepCopyInto(out *DiskTarget) {
 	*out = *in
 	if in.PCIAddress != nil {
 		in, out := &in.PCIAddress, &out.PCIAddress
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -447,7 +457,7 @@ func (in *DomainSpec) DeepCopyInto(out *DomainSpec) {
 	}
 	if in.IOThreadsPolicy != nil {
 		in, out := &in.IOThreadsPolicy, &out.IOThreadsPolicy
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.IOThreads != nil {
@@ -487,7 +497,7 @@ func (in *EFI) DeepCopyInto(out *EFI) {
 	}
 	if in.Persistent != nil {
 		in, out := &in.Persistent, &out.Persistent
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -619,7 +629,7 @@ func (in *HostDisk) DeepCopyInto(out *HostDisk) {
 	}
 	if in.Shared != nil {
 		in, out := &in.Shared, &out.Shared
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -679,12 +689,12 @@ func (in *Interface) DeepCopyInto(out *Interface) {
 	}
 	if in.BootOrder != nil {
 		in, out := &in.BootOrder, &out.BootOrder
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.PCIAddress != nil {
 		in, out := &in.PCIAddress, &out.PCIAddress
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.DHCPOptions != nil {
@@ -694,17 +704,17 @@ func (in *Interface) DeepCopyInto(out *Interface) {
 	}
 	if in.Tag != nil {
 		in, out := &in.Tag, &out.Tag
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.ACPIIndex != nil {
 		in, out := &in.ACPIIndex, &out.ACPIIndex
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.State != nil {
 		in, out := &in.State, &out.State
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -774,7 +784,7 @@ func (in *KernelBootContainer) DeepCopyInto(out *KernelBootContainer) {
 	*out = *in
 	if in.ImagePullSecret != nil {
 		in, out := &in.ImagePullSecret, &out.ImagePullSecret
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -819,7 +829,7 @@ func (in *Memory) DeepCopyInto(out *Memory) {
 	}
 	if in.MaxGuest != nil {
 		in, out := &in.MaxGuest, &out.MaxGuest
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -864,7 +874,7 @@ func (in *PersistentVolumeClaimVolumeSource) DeepCopyInto(out *PersistentVolumeC
 	*out = *in
 	if in.Hotpluggable != nil {
 		in, out := &in.Hotpluggable, &out.Hotpluggable
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -884,7 +894,7 @@ func (in *PodNetwork) DeepCopyInto(out *PodNetwork) {
 	*out = *in
 	if in.VMIPv6NetworkCIDR != nil {
 		in, out := &in.VMIPv6NetworkCIDR, &out.VMIPv6NetworkCIDR
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -915,6 +925,26 @@ func (in *Port) DeepCopy() *Port {
 }
 
 // DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
+func (in *RawJSON) DeepCopyInto(out *RawJSON) {
+	*out = *in
+	if in.Raw != nil {
+		in, out := &in.Raw, &out.Raw
+		*out = make([]byte, len(*in))
+		copy(*out, *in)
+	}
+}
+
+// DeepCopy is an autogenerated deepcopy function, copying the receiver, creating a new RawJSON.
+func (in *RawJSON) DeepCopy() *RawJSON {
+	if in == nil {
+		return nil
+	}
+	out := new(RawJSON)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
 func (in *ResourceRequirements) DeepCopyInto(out *ResourceRequirements) {
 	*out = *in
 	if in.Requests != nil {
@@ -933,7 +963,7 @@ func (in *ResourceRequirements) DeepCopyInto(out *ResourceRequirements) {
 	}
 	if in.OvercommitGuestOverhead != nil {
 		in, out := &in.OvercommitGuestOverhead, &out.OvercommitGuestOverhead
-		*out = new(Unsupported)
+		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 }
@@ -966,11 +996,7 @@ func (in *Rng) DeepCopy() *Rng {
 // DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
 func (in *Unsupported) DeepCopyInto(out *Unsupported) {
 	*out = *in
-	if in.Raw != nil {
-		in, out := &in.Raw, &out.Raw
-		*out = make([]byte, len(*in))
-		copy(*out, *in)
-	}
+	in.RawJSON.DeepCopyInto(&out.RawJSON)
 }
 
 // DeepCopy is an autogenerated deepcopy function, copying the receiver, creating a new Unsupported.
@@ -979,6 +1005,75 @@ func (in *Unsupported) DeepCopy() *Unsupported {
 		return nil
 	}
 	out := new(Unsupported)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
+func (in *UnsupportedBool) DeepCopyInto(out *UnsupportedBool) {
+	*out = *in
+	in.RawJSON.DeepCopyInto(&out.RawJSON)
+}
+
+// DeepCopy is an autogenerated deepcopy function, copying the receiver, creating a new UnsupportedBool.
+func (in *UnsupportedBool) DeepCopy() *UnsupportedBool {
+	if in == nil {
+		return nil
+	}
+	out := new(UnsupportedBool)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
+func (in *UnsupportedItem) DeepCopyInto(out *UnsupportedItem) {
+	*out = *in
+	in.RawJSON.DeepCopyInto(&out.RawJSON)
+}
+
+// DeepCopy is an autogenerated deepcopy function, copying the receiver, creating a new UnsupportedItem.
+func (in *UnsupportedItem) DeepCopy() *UnsupportedItem {
+	if in == nil {
+		return nil
+	}
+	out := new(UnsupportedItem)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
+func (in UnsupportedList) DeepCopyInto(out *UnsupportedList) {
+	{
+		in := &in
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+}
+
+// DeepCopy is an autogenerated deepcopy function, copying the receiver, creating a new UnsupportedList.
+func (in UnsupportedList) DeepCopy() UnsupportedList {
+	if in == nil {
+		return nil
+	}
+	out := new(UnsupportedList)
+	in.DeepCopyInto(out)
+	return *out
+}
+
+// DeepCopyInto is an autogenerated deepcopy function, copying the receiver, writing into out. in must be non-nil.
+func (in *UnsupportedScalar) DeepCopyInto(out *UnsupportedScalar) {
+	*out = *in
+	in.RawJSON.DeepCopyInto(&out.RawJSON)
+}
+
+// DeepCopy is an autogenerated deepcopy function, copying the receiver, creating a new UnsupportedScalar.
+func (in *UnsupportedScalar) DeepCopy() *UnsupportedScalar {
+	if in == nil {
+		return nil
+	}
+	out := new(UnsupportedScalar)
 	in.DeepCopyInto(out)
 	return out
 }
@@ -1391,18 +1486,20 @@ func (in *VirtualMachineInstanceSpec) DeepCopyInto(out *VirtualMachineInstanceSp
 	}
 	if in.PriorityClassName != nil {
 		in, out := &in.PriorityClassName, &out.PriorityClassName
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.SchedulerName != nil {
 		in, out := &in.SchedulerName, &out.SchedulerName
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.TopologySpreadConstraints != nil {
 		in, out := &in.TopologySpreadConstraints, &out.TopologySpreadConstraints
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.LivenessProbe != nil {
 		in, out := &in.LivenessProbe, &out.LivenessProbe
@@ -1416,17 +1513,17 @@ func (in *VirtualMachineInstanceSpec) DeepCopyInto(out *VirtualMachineInstanceSp
 	}
 	if in.Hostname != nil {
 		in, out := &in.Hostname, &out.Hostname
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.Subdomain != nil {
 		in, out := &in.Subdomain, &out.Subdomain
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.DNSPolicy != nil {
 		in, out := &in.DNSPolicy, &out.DNSPolicy
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.DNSConfig != nil {
@@ -1436,18 +1533,22 @@ func (in *VirtualMachineInstanceSpec) DeepCopyInto(out *VirtualMachineInstanceSp
 	}
 	if in.AccessCredentials != nil {
 		in, out := &in.AccessCredentials, &out.AccessCredentials
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.Architecture != nil {
 		in, out := &in.Architecture, &out.Architecture
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.ResourceClaims != nil {
 		in, out := &in.ResourceClaims, &out.ResourceClaims
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 }
 
@@ -1594,12 +1695,14 @@ func (in *VirtualMachineSpec) DeepCopyInto(out *VirtualMachineSpec) {
 	}
 	if in.DataVolumeTemplates != nil {
 		in, out := &in.DataVolumeTemplates, &out.DataVolumeTemplates
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = make(UnsupportedList, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.UpdateVolumesStrategy != nil {
 		in, out := &in.UpdateVolumesStrategy, &out.UpdateVolumesStrategy
-		*out = new(Unsupported)
+		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 }

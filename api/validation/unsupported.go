@@ -14,13 +14,13 @@ import (
 const UnsupportedDetail = "kemu does not support this KubeVirt field"
 
 var (
-	unsupportedType = reflect.TypeFor[v1.Unsupported]()
-	apiPkgPath      = unsupportedType.PkgPath()
+	unsupportedField = reflect.TypeFor[v1.UnsupportedField]()
+	apiPkgPath       = reflect.TypeFor[v1.VirtualMachineInstance]().PkgPath()
 )
 
 // Unsupported walks obj (a kemu API object or part of one) and returns a
-// Forbidden error for every Unsupported field that is set, with its JSON path
-// under root. It only descends into kemu's own types.
+// Forbidden error for every v1alpha1.UnsupportedField that is set, with its
+// JSON path under root. It only descends into kemu's own types.
 func Unsupported(obj any, root *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	walkUnsupported(reflect.ValueOf(obj), root, &errs)
@@ -28,56 +28,48 @@ func Unsupported(obj any, root *field.Path) field.ErrorList {
 }
 
 func walkUnsupported(v reflect.Value, p *field.Path, errs *field.ErrorList) {
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface:
-		if v.IsNil() {
-			return
-		}
-		if v.Type().Kind() == reflect.Pointer && v.Type().Elem() == unsupportedType {
+	if v.Type().Implements(unsupportedField) {
+		if v.Interface().(v1.UnsupportedField).IsSet() {
 			*errs = append(*errs, field.Forbidden(p, UnsupportedDetail))
-			return
 		}
-		walkUnsupported(v.Elem(), p, errs)
-	case reflect.Slice, reflect.Array:
-		if v.Type().Elem().PkgPath() != apiPkgPath {
-			return
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			walkUnsupported(v.Elem(), p, errs)
 		}
+	case reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
 			walkUnsupported(v.Index(i), p.Index(i), errs)
 		}
 	case reflect.Struct:
-		if v.Type().PkgPath() != apiPkgPath {
-			return
-		}
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
-			if !f.IsExported() {
+			if !f.IsExported() || !ownType(f.Type) {
 				continue
 			}
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" {
+			switch {
+			case name == "-":
 				continue
+			case name == "":
+				walkUnsupported(v.Field(i), p, errs) // inlined
+			case p == nil:
+				walkUnsupported(v.Field(i), field.NewPath(name), errs)
+			default:
+				walkUnsupported(v.Field(i), p.Child(name), errs)
 			}
-			child := p
-			if name != "" {
-				if p == nil {
-					child = field.NewPath(name)
-				} else {
-					child = p.Child(name)
-				}
-			}
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Slice {
-				ft = ft.Elem()
-			}
-			if ft.PkgPath() != apiPkgPath {
-				continue
-			}
-			walkUnsupported(v.Field(i), child, errs)
 		}
 	}
+}
+
+// ownType says whether t (or what it points to or lists) is one of kemu's
+// API types, the only ones that can hold Unsupported fields.
+func ownType(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer || (t.Kind() == reflect.Slice && t.Name() == "") {
+		t = t.Elem()
+	}
+	return t.PkgPath() == apiPkgPath
 }

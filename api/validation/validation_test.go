@@ -225,16 +225,20 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 		{
 			name: "unsupported KubeVirt fields",
 			mutate: func(vmi *v1.VirtualMachineInstance) {
-				raw := &v1.Unsupported{Raw: []byte(`[{"name":"g"}]`)}
+				raw := v1.UnsupportedList{{RawJSON: v1.RawJSON{Raw: []byte(`{"name":"g"}`)}}}
 				vmi.Spec.Domain.Devices.GPUs = raw
 				vmi.Spec.Domain.Devices.HostDevices = raw
-				vmi.Spec.Networks = []v1.Network{{Name: "default", Multus: &v1.Unsupported{Raw: []byte(`{}`)}}}
-				vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", SRIOV: &v1.Unsupported{Raw: []byte(`{}`)}}}
-				vmi.Spec.Volumes[0] = v1.Volume{Name: "root", DataVolume: &v1.Unsupported{Raw: []byte(`{"name":"dv"}`)}}
+				vmi.Spec.Domain.Devices.AutoattachVSOCK = &v1.UnsupportedBool{RawJSON: v1.RawJSON{Raw: []byte(`true`)}}
+				vmi.Spec.Hostname = &v1.UnsupportedScalar{RawJSON: v1.RawJSON{Raw: []byte(`"h"`)}}
+				vmi.Spec.Networks = []v1.Network{{Name: "default", Multus: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}}}
+				vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", SRIOV: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}}}
+				vmi.Spec.Volumes[0] = v1.Volume{Name: "root", DataVolume: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{"name":"dv"}`)}}}
 			},
 			want: []string{
+				"Forbidden spec.domain.devices.autoattachVSOCK",
 				"Forbidden spec.domain.devices.gpus",
 				"Forbidden spec.domain.devices.hostDevices",
+				"Forbidden spec.hostname",
 				"Forbidden spec.domain.devices.interfaces[0].sriov",
 				"Forbidden spec.networks[0].multus",
 				"Forbidden spec.volumes[0].dataVolume",
@@ -296,7 +300,7 @@ func TestValidateVirtualMachine(t *testing.T) {
 			name: "bad run strategy and template errors have template paths",
 			vm: v1.VirtualMachineSpec{RunStrategy: ptr(v1.VirtualMachineRunStrategy("Sometimes")), Template: &v1.VirtualMachineInstanceTemplateSpec{Spec: func() v1.VirtualMachineInstanceSpec {
 				s := baseVMI().Spec
-				s.Domain.Devices.GPUs = &v1.Unsupported{Raw: []byte(`[]`)}
+				s.Domain.Devices.GPUs = v1.UnsupportedList{}
 				s.Volumes = s.Volumes[:1]
 				s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "ci"})
 				return s
@@ -333,7 +337,7 @@ func TestValidateVirtualMachineInstanceMigration(t *testing.T) {
 		{name: "bad name", spec: v1.VirtualMachineInstanceMigrationSpec{VMIName: "Bad Name"}, want: []string{"Invalid value spec.vmiName"}},
 		{
 			name: "unsupported",
-			spec: v1.VirtualMachineInstanceMigrationSpec{VMIName: "vm", SendTo: &v1.Unsupported{Raw: []byte(`{}`)}},
+			spec: v1.VirtualMachineInstanceMigrationSpec{VMIName: "vm", SendTo: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}},
 			want: []string{"Forbidden spec.sendTo"},
 		},
 	}

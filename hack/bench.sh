@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# make bench: runs kemu's benchmarks and writes their figures, with the machine
+# and the exact command, into docs/benchmarks.md (one section per suite,
+# replaced in place; sections of other suites are kept).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+doc=docs/benchmarks.md
+
+machine() {
+	local cpu
+	cpu=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)
+	printf -- '- machine: %s, %s cores, %s GiB RAM, kernel %s\n' "$cpu" "$(nproc)" \
+		"$(awk '/^MemTotal/{printf "%.0f", $2/1048576}' /proc/meminfo)" "$(uname -r)"
+	printf -- '- %s; %s; date %s; commit %s\n' "$(go version)" \
+		"$(qemu-system-x86_64 --version 2>/dev/null | head -1 || echo 'no QEMU')" \
+		"$(date -u +%Y-%m-%dT%H:%MZ)" "$(git rev-parse --short HEAD 2>/dev/null || echo none)"
+}
+
+# section NAME TITLE COMMAND...: runs COMMAND, writes its benchmark lines.
+section() {
+	local name=$1 title=$2
+	shift 2
+	echo "[bench] $title: $*"
+	local out
+	out=$("$@" 2>&1) || { echo "$out"; echo "[bench] $title failed" >&2; exit 1; }
+	echo "$out" | grep -E '^Benchmark' || true
+	local body
+	body=$(
+		printf '<!-- bench:%s -->\n## %s\n\n' "$name" "$title"
+		machine
+		printf -- '- command: `%s`\n\n```\n' "$*"
+		echo "$out" | grep -E '^(Benchmark|goos|goarch|cpu)' || true
+		printf '```\n<!-- /bench:%s -->\n' "$name"
+	)
+	[ -f "$doc" ] || printf '# Benchmarks\n\nWritten by `make bench` (hack/bench.sh); each section names the machine and the command that produced it.\n' >"$doc"
+	BODY="$body" awk -v name="$name" '
+		BEGIN { start = "<!-- bench:" name " -->"; end = "<!-- /bench:" name " -->"; done = 0 }
+		$0 == start { skipping = 1; next }
+		skipping && $0 == end { skipping = 0; print ENVIRON["BODY"]; done = 1; next }
+		skipping { next }
+		{ print }
+		END { if (!done) { print ""; print ENVIRON["BODY"] } }
+	' "$doc" >"$doc.tmp"
+	mv "$doc.tmp" "$doc"
+}
+
+section api "API: decode, default, validate, convert" \
+	go test -run '^$' -bench . -benchmem -count 5 ./api/...
+section testguest "Test guest: QEMU (TCG) boot to the ready marker" \
+	go test -tags qemu -run '^$' -bench . -benchtime 5x -timeout 20m ./test/testguest/
+echo "[bench] figures written to $doc"

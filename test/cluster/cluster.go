@@ -1,0 +1,628 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+const (
+	// EnvBinDir names the folder holding etcd, kube-apiserver and kubectl.
+	EnvBinDir = "KEMU_K8S_BIN"
+	// EnvKeep, when "1", keeps the cluster's temp folder after Stop (logs, data).
+	EnvKeep = "KEMU_CLUSTER_KEEP"
+	// AdminUser is the user name of the static token (group system:masters).
+	AdminUser = "admin"
+
+	modulePath = "github.com/kemu-dev/kemu"
+)
+
+// Options configure Start. The zero value is a working default.
+type Options struct {
+	// BinDir holds the binaries. Default: $KEMU_K8S_BIN, else
+	// <repo root>/_out/k8s/bin.
+	BinDir string
+	// ServiceAccountAdmission keeps the ServiceAccount admission plugin on.
+	// It is disabled by default because without kube-controller-manager no
+	// "default" ServiceAccount exists and every Pod would be rejected.
+	ServiceAccountAdmission bool
+	// ControllerManager also runs kube-controller-manager (service accounts,
+	// garbage collection, namespace deletion, ...). Needs the
+	// kube-controller-manager binary (hack/k8s/build.sh kube-controller-manager).
+	ControllerManager bool
+	// APIServerArgs are appended to kube-apiserver's flags (later flags win).
+	APIServerArgs []string
+	// EtcdArgs are appended to etcd's flags.
+	EtcdArgs []string
+	// ControllerManagerArgs are appended to kube-controller-manager's flags.
+	ControllerManagerArgs []string
+	// StartTimeout bounds Start (in addition to ctx). Default 90s.
+	StartTimeout time.Duration
+	// TempDir is the parent of the cluster's temp folder. Default os.TempDir().
+	TempDir string
+	// KeepDir keeps the temp folder after Stop or a failed Start. Also set by
+	// KEMU_CLUSTER_KEEP=1.
+	KeepDir bool
+	// Logf, if set, receives progress messages (e.g. testing.T.Logf).
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running control plane. It is safe for concurrent use.
+type Cluster struct {
+	// Config is an admin (system:masters) client config for the apiserver.
+	// Use RESTConfig for a private copy.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file for the same admin.
+	Kubeconfig string
+	// Host is the apiserver URL, e.g. https://127.0.0.1:41234.
+	Host string
+	// Token is the admin bearer token.
+	Token string
+	// CACert is the PEM CA that signed the apiserver's serving certificate.
+	CACert []byte
+	// EtcdURL is etcd's client URL.
+	EtcdURL string
+	// Dir is the cluster's temp folder (logs: <Dir>/<process>.log).
+	Dir string
+	// BinDir is where the binaries came from.
+	BinDir string
+	// StartupDuration is how long Start took until the apiserver was ready.
+	StartupDuration time.Duration
+
+	keep     bool
+	logf     func(string, ...any)
+	mu       sync.Mutex
+	procs    []*process // in start order
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Process describes one child process of the cluster.
+type Process struct {
+	Name    string
+	Pid     int
+	LogPath string
+	Exited  bool
+}
+
+// Start brings up etcd and kube-apiserver (and kube-controller-manager if
+// asked) and returns once /readyz answers 200 and the "default" namespace
+// exists. ctx bounds the start only; the processes run until Stop (or until
+// the test process dies).
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	t0 := time.Now()
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 90 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	binDir, err := findBinDir(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	need := []string{"etcd", "kube-apiserver", "kubectl"}
+	if opts.ControllerManager {
+		need = append(need, "kube-controller-manager")
+	}
+	var missing []string
+	for _, b := range need {
+		if fi, err := os.Stat(filepath.Join(binDir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("cluster: %s not found in %s: run hack/k8s/build.sh %s (or set %s to a folder holding them)",
+			strings.Join(missing, ", "), binDir, strings.Join(missing, " "), EnvBinDir)
+	}
+
+	removeStaleDirs(opts.TempDir)
+	dir, err := os.MkdirTemp(opts.TempDir, "kemu-cluster-")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	// Marks the folder as ours so a later Start can remove it if this test
+	// process dies without calling Stop.
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c := &Cluster{
+		Dir:    dir,
+		BinDir: binDir,
+		keep:   opts.KeepDir || os.Getenv(EnvKeep) == "1",
+		logf:   opts.Logf,
+	}
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Stop()
+		}
+	}()
+
+	pk, err := writePKI(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: generating certificates: %w", err)
+	}
+	c.Token = pk.token
+	c.CACert = pk.caCertPEM
+
+	// Free ports are picked by binding :0 and closing; another process can
+	// grab one in between, so a start that fails with "address already in
+	// use" is retried with new ports.
+	const attempts = 3
+	for i := 1; ; i++ {
+		err = c.startControlPlane(ctx, opts, pk, i)
+		if err == nil {
+			break
+		}
+		if i >= attempts || !errors.Is(err, errAddrInUse) || ctx.Err() != nil {
+			return nil, err
+		}
+		c.logf("cluster: port collision, retrying (%v)", err)
+		c.stopProcesses()
+	}
+
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kubeconfigYAML(c.Host, c.CACert, c.Token), 0o600); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.Config = &rest.Config{
+		Host:            c.Host,
+		BearerToken:     c.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CACert},
+		QPS:             100,
+		Burst:           200,
+	}
+
+	if opts.ControllerManager {
+		if err := c.startControllerManager(ctx, opts, pk); err != nil {
+			return nil, err
+		}
+	}
+
+	c.StartupDuration = time.Since(t0)
+	c.logf("cluster: ready at %s in %s (dir %s)", c.Host, c.StartupDuration.Round(time.Millisecond), dir)
+	ok = true
+	return c, nil
+}
+
+var errAddrInUse = errors.New("address already in use")
+
+func (c *Cluster) startControlPlane(ctx context.Context, opts Options, pk *pki, attempt int) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	clientPort, peerPort, securePort := ports[0], ports[1], ports[2]
+	c.EtcdURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	c.Host = fmt.Sprintf("https://127.0.0.1:%d", securePort)
+	suffix := ""
+	if attempt > 1 {
+		suffix = "-" + strconv.Itoa(attempt)
+	}
+
+	etcdArgs := []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(c.Dir, "etcd-data"+suffix),
+		"--unsafe-no-fsync",
+		"--listen-client-urls=" + c.EtcdURL,
+		"--advertise-client-urls=" + c.EtcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		"--initial-cluster-state=new",
+	}
+	etcdArgs = append(etcdArgs, opts.EtcdArgs...)
+	etcd, err := c.start("etcd"+suffix, "etcd", etcdArgs)
+	if err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, etcd, http.DefaultClient, c.EtcdURL+"/health", nil, nil); err != nil {
+		return c.procErr(etcd, "etcd did not become healthy", err)
+	}
+
+	admission := "--disable-admission-plugins=ServiceAccount"
+	if opts.ServiceAccountAdmission {
+		admission = "--enable-admission-plugins=ServiceAccount"
+	}
+	apiArgs := []string{
+		"--etcd-servers=" + c.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(securePort),
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
+		"--tls-cert-file=" + pk.servingCert,
+		"--tls-private-key-file=" + pk.servingKey,
+		"--client-ca-file=" + pk.caCert,
+		"--token-auth-file=" + pk.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pk.saPub,
+		"--service-account-signing-key-file=" + pk.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		"--kubelet-preferred-address-types=InternalIP",
+		admission,
+	}
+	apiArgs = append(apiArgs, opts.APIServerArgs...)
+	api, err := c.start("kube-apiserver"+suffix, "kube-apiserver", apiArgs)
+	if err != nil {
+		return err
+	}
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.CACert)
+	hc := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			Proxy:           nil,
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		},
+	}
+	hdr := http.Header{"Authorization": {"Bearer " + c.Token}}
+	if err := waitHTTP(ctx, api, hc, c.Host+"/readyz", hdr, etcd); err != nil {
+		return c.procErr(api, "kube-apiserver did not become ready", err)
+	}
+	// /readyz can answer before the bootstrap controller has created the
+	// system namespaces; tests expect "default" to exist.
+	if err := waitHTTP(ctx, api, hc, c.Host+"/api/v1/namespaces/default", hdr, etcd); err != nil {
+		return c.procErr(api, "namespace default did not appear", err)
+	}
+	return nil
+}
+
+func (c *Cluster) startControllerManager(ctx context.Context, opts Options, pk *pki) error {
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--service-account-private-key-file=" + pk.saKey,
+		"--root-ca-file=" + pk.caCert,
+		"--controllers=*,-nodeipam",
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+	}
+	args = append(args, opts.ControllerManagerArgs...)
+	kcm, err := c.start("kube-controller-manager", "kube-controller-manager", args)
+	if err != nil {
+		return err
+	}
+	// Ready once it has created the "default" ServiceAccount.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.CACert)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	hdr := http.Header{"Authorization": {"Bearer " + c.Token}}
+	if err := waitHTTP(ctx, kcm, hc, c.Host+"/api/v1/namespaces/default/serviceaccounts/default", hdr, nil); err != nil {
+		return c.procErr(kcm, "kube-controller-manager did not create the default ServiceAccount", err)
+	}
+	return nil
+}
+
+// start launches a binary from BinDir, logging to <Dir>/<name>.log.
+func (c *Cluster) start(name, bin string, args []string) (*process, error) {
+	env := os.Environ()
+	p, err := startProcess(name, filepath.Join(c.BinDir, bin), args, c.Dir, filepath.Join(c.Dir, name+".log"), env)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	c.logf("cluster: started %s pid %d", name, p.pid())
+	return p, nil
+}
+
+// procErr wraps err with the last log lines of p (and every other process
+// that has exited), and maps port collisions to errAddrInUse.
+func (c *Cluster) procErr(p *process, what string, err error) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cluster: %s: %v", what, err)
+	tails := []*process{p}
+	c.mu.Lock()
+	for _, q := range c.procs {
+		if q != p && q.exited() {
+			tails = append(tails, q)
+		}
+	}
+	c.mu.Unlock()
+	inUse := false
+	for _, q := range tails {
+		t := q.tail(25)
+		if strings.Contains(t, "address already in use") {
+			inUse = true
+		}
+		fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", q.logPath, t)
+	}
+	if inUse {
+		return fmt.Errorf("%s: %w", b.String(), errAddrInUse)
+	}
+	return errors.New(b.String())
+}
+
+// waitHTTP polls url until it answers 200, p exits, also (if non-nil) exits,
+// or ctx ends.
+func waitHTTP(ctx context.Context, p *process, hc *http.Client, url string, hdr http.Header, also *process) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %d %s", url, resp.StatusCode, lastLines(body, 8))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v); last probe: %s", p.name, p.waitErr, last)
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last probe: %s", ctx.Err(), last)
+		case <-tick.C:
+		}
+		if also != nil && also.exited() {
+			return fmt.Errorf("%s exited (%v); last probe: %s", also.name, also.waitErr, last)
+		}
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasSuffix(l, " ok") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+// RESTConfig returns a copy of the admin client config.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.Config) }
+
+// Kubectl runs the built kubectl against the cluster and returns its stdout
+// and stderr. A non-zero exit is an error that includes stderr.
+func (c *Cluster) Kubectl(args ...string) (stdout, stderr string, err error) {
+	return c.KubectlContext(context.Background(), nil, args...)
+}
+
+// KubectlInput is Kubectl with stdin (e.g. "apply", "-f", "-").
+func (c *Cluster) KubectlInput(stdin string, args ...string) (stdout, stderr string, err error) {
+	return c.KubectlContext(context.Background(), strings.NewReader(stdin), args...)
+}
+
+// KubectlContext is Kubectl with a context and optional stdin. Without a
+// deadline in ctx, the command is limited to two minutes.
+func (c *Cluster) KubectlContext(ctx context.Context, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+	}
+	full := append([]string{"--kubeconfig=" + c.Kubeconfig, "--cache-dir=" + filepath.Join(c.Dir, "kubectl-cache")}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "kubectl"), full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, stdin
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	err = cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), errb.String(), err
+}
+
+// Processes lists the cluster's child processes in start order.
+func (c *Cluster) Processes() []Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Process, 0, len(c.procs))
+	for _, p := range c.procs {
+		out = append(out, Process{Name: p.name, Pid: p.pid(), LogPath: p.logPath, Exited: p.exited()})
+	}
+	return out
+}
+
+// RSS returns the resident set size in bytes of each running process, by name
+// (Linux only; empty elsewhere).
+func (c *Cluster) RSS() map[string]int64 {
+	m := map[string]int64{}
+	for _, p := range c.Processes() {
+		if !p.Exited {
+			if r := rssBytes(p.Pid); r > 0 {
+				m[p.Name] = r
+			}
+		}
+	}
+	return m
+}
+
+// Logs returns the last n lines of a process's log ("etcd", "kube-apiserver",
+// "kube-controller-manager").
+func (c *Cluster) Logs(name string, n int) string {
+	return tailFile(filepath.Join(c.Dir, name+".log"), n)
+}
+
+// Stop kills every process of the cluster (SIGTERM to its process group, then
+// SIGKILL after a short grace period), waits for them, and removes the temp
+// folder unless it is kept. Stop is idempotent.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		c.stopErr = c.stopProcesses()
+		if c.keep {
+			_ = os.WriteFile(filepath.Join(c.Dir, keepFile), nil, 0o644)
+			c.logf("cluster: kept %s", c.Dir)
+			return
+		}
+		if err := os.RemoveAll(c.Dir); err != nil && c.stopErr == nil {
+			c.stopErr = err
+		}
+	})
+	return c.stopErr
+}
+
+// stopProcesses stops the children in reverse start order.
+func (c *Cluster) stopProcesses() error {
+	c.mu.Lock()
+	procs := c.procs
+	c.procs = nil
+	c.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		if err := procs[i].stop(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+const (
+	ownerFile = "owner.pid"
+	keepFile  = "keep"
+)
+
+// removeStaleDirs deletes kemu-cluster-* folders left by test processes that
+// died without Stop (their children died with them: see sysProcAttr).
+func removeStaleDirs(parent string) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dirs, _ := filepath.Glob(filepath.Join(parent, "kemu-cluster-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, keepFile)); err == nil {
+			continue
+		}
+		os.RemoveAll(d)
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func kubeconfigYAML(host string, ca []byte, token string) []byte {
+	return []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: kemu-test
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: %s
+  user:
+    token: %s
+contexts:
+- name: kemu-test
+  context:
+    cluster: kemu-test
+    user: %s
+    namespace: default
+current-context: kemu-test
+`, host, base64.StdEncoding.EncodeToString(ca), AdminUser, token, AdminUser))
+}
+
+// findBinDir resolves the binary folder: explicit, $KEMU_K8S_BIN, or
+// <repo root>/_out/k8s/bin.
+func findBinDir(explicit string) (string, error) {
+	if explicit != "" {
+		return filepath.Abs(explicit)
+	}
+	if d := os.Getenv(EnvBinDir); d != "" {
+		return filepath.Abs(d)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("cluster: %v; set %s to a folder holding etcd, kube-apiserver and kubectl (built by hack/k8s/build.sh)", err, EnvBinDir)
+	}
+	return filepath.Join(root, "_out", "k8s", "bin"), nil
+}
+
+// RepoRoot walks up from the working directory to the folder whose go.mod
+// declares module github.com/kemu-dev/kemu.
+func RepoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && moduleOf(b) == modulePath {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no go.mod of module %s above %s", modulePath, wd)
+		}
+		d = parent
+	}
+}
+
+func moduleOf(gomod []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(gomod))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
+}
