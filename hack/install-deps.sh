@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
 	qemu-system-x86 qemu-utils ovmf          # the hypervisor, qemu-img, EFI firmware
 	busybox-static qemu-guest-agent cpio kmod # the test guest's userland and initramfs
-	syslinux syslinux-common mtools dosfstools fdisk # the test guest's bootable disk, no loop mounts
+	syslinux syslinux-common syslinux-efi mtools dosfstools fdisk # the test guest's bootable disk, no loop mounts
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
 )
 
