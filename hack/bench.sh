@@ -13,7 +13,7 @@ machine() {
 		"$(awk '/^MemTotal/{printf "%.0f", $2/1048576}' /proc/meminfo)" "$(uname -r)"
 	printf -- '- %s; %s; date %s; commit %s\n' "$(go version)" \
 		"$(qemu-system-x86_64 --version 2>/dev/null | head -1 || echo 'no QEMU')" \
-		"$(date -u +%Y-%m-%dT%H:%MZ)" "$(git rev-parse --short HEAD 2>/dev/null || echo none)"
+		"$(date -u +%Y-%m-%dT%H:%MZ)" "$(git describe --always --dirty 2>/dev/null || echo none)"
 }
 
 # section NAME TITLE COMMAND...: runs COMMAND, writes its benchmark lines.

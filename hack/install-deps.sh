@@ -39,6 +39,12 @@ if ((${#missing[@]})); then
 else
 	log "apt: all ${#APT_PACKAGES[@]} packages present"
 fi
+# The test guest downloads Debian's kernel package: the package lists must
+# know it even when nothing above had to be installed.
+if ! apt-cache show --no-all-versions linux-image-amd64 >/dev/null 2>&1; then
+	log "apt: package lists do not know linux-image-amd64; apt-get update"
+	[ "$(id -u)" -eq 0 ] && apt-get update -qq || sudo apt-get update -qq
+fi
 
 tools=_out/tools/bin
 mkdir -p "$tools"
