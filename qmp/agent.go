@@ -1,0 +1,202 @@
+package qmp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+)
+
+// Agent is a connection to the QEMU guest agent (qemu-ga) through the
+// virtio-serial chardev socket. The agent speaks QMP's framing without a
+// greeting or events; an earlier client may have left replies in the pipe,
+// so the connection is resynchronised with guest-sync-delimited first and
+// after any command that timed out. Commands run one at a time, as qemu-ga
+// runs them.
+type Agent struct {
+	k *conn
+
+	mu       sync.Mutex // one command at a time
+	needSync bool
+}
+
+// NewAgent wraps an open connection to a guest agent socket.
+func NewAgent(c net.Conn) *Agent {
+	a := &Agent{k: newConn(c, true, 0), needSync: true}
+	a.k.start()
+	return a
+}
+
+// DialAgent connects to the guest agent socket at path and synchronises
+// within ctx (the agent must be running in the guest to answer).
+func DialAgent(ctx context.Context, path string) (*Agent, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("qmp: connecting to the guest agent at %s: %w", path, err)
+	}
+	a := NewAgent(c)
+	a.mu.Lock()
+	err = a.sync(ctx)
+	a.mu.Unlock()
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close ends the connection.
+func (a *Agent) Close() error { return a.k.close() }
+
+// Done is closed when the connection ends.
+func (a *Agent) Done() <-chan struct{} { return a.k.done }
+
+// Sync resynchronises the stream: stale replies before its own are dropped.
+func (a *Agent) Sync(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sync(ctx)
+}
+
+func (a *Agent) sync(ctx context.Context) error {
+	token := rand.Int64N(1 << 40)
+	var got int64
+	_, err := a.k.call(ctx, "guest-sync-delimited", map[string]any{"id": token}, nil, func(msg *message) bool {
+		return json.Unmarshal(msg.Return, &got) == nil && got == token
+	})
+	if err != nil {
+		return err
+	}
+	a.needSync = false
+	return nil
+}
+
+// Execute runs an agent command and decodes its return value into reply.
+func (a *Agent) Execute(ctx context.Context, cmd string, args, reply any) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.needSync {
+		if err := a.sync(ctx); err != nil {
+			return err
+		}
+	}
+	msg, err := a.k.call(ctx, cmd, args, nil, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			a.needSync = true // its reply may still come
+		}
+		return err
+	}
+	if reply != nil && len(msg.Return) > 0 {
+		if err := json.Unmarshal(msg.Return, reply); err != nil {
+			return fmt.Errorf("qmp: %s: decoding the reply: %w", cmd, err)
+		}
+	}
+	return nil
+}
+
+// AgentInfo is guest-info's reply.
+type AgentInfo struct {
+	Version           string `json:"version"`
+	SupportedCommands []struct {
+		Name            string `json:"name"`
+		Enabled         bool   `json:"enabled"`
+		SuccessResponse bool   `json:"success-response"`
+	} `json:"supported_commands"`
+}
+
+// OSInfo is guest-get-osinfo's reply.
+type OSInfo struct {
+	KernelRelease string `json:"kernel-release"`
+	KernelVersion string `json:"kernel-version"`
+	Machine       string `json:"machine"`
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	PrettyName    string `json:"pretty-name"`
+	Version       string `json:"version"`
+	VersionID     string `json:"version-id"`
+}
+
+// GuestIPAddress is one address of a guest interface.
+type GuestIPAddress struct {
+	Type    string `json:"ip-address-type"` // ipv4, ipv6
+	Address string `json:"ip-address"`
+	Prefix  int    `json:"prefix"`
+}
+
+// GuestNetworkInterface is one entry of guest-network-get-interfaces.
+type GuestNetworkInterface struct {
+	Name            string           `json:"name"`
+	HardwareAddress string           `json:"hardware-address"`
+	IPAddresses     []GuestIPAddress `json:"ip-addresses"`
+}
+
+// ExecStatus is guest-exec-status's reply; output is decoded from base64.
+type ExecStatus struct {
+	Exited       bool   `json:"exited"`
+	ExitCode     int    `json:"exitcode"`
+	Signal       int    `json:"signal"`
+	OutData      string `json:"out-data"`
+	ErrData      string `json:"err-data"`
+	OutTruncated bool   `json:"out-truncated"`
+	ErrTruncated bool   `json:"err-truncated"`
+	Stdout       []byte `json:"-"`
+	Stderr       []byte `json:"-"`
+}
+
+// Ping checks that the agent answers.
+func (a *Agent) Ping(ctx context.Context) error { return a.Execute(ctx, "guest-ping", nil, nil) }
+
+// Info returns the agent's version and commands.
+func (a *Agent) Info(ctx context.Context) (AgentInfo, error) {
+	var i AgentInfo
+	return i, a.Execute(ctx, "guest-info", nil, &i)
+}
+
+// OSInfo returns the guest's OS as the agent sees it.
+func (a *Agent) OSInfo(ctx context.Context) (OSInfo, error) {
+	var o OSInfo
+	return o, a.Execute(ctx, "guest-get-osinfo", nil, &o)
+}
+
+// NetworkInterfaces returns the guest's interfaces and addresses.
+func (a *Agent) NetworkInterfaces(ctx context.Context) ([]GuestNetworkInterface, error) {
+	var n []GuestNetworkInterface
+	return n, a.Execute(ctx, "guest-network-get-interfaces", nil, &n)
+}
+
+// Exec starts path with args in the guest and returns its pid. With
+// capture, ExecStatus returns its output.
+func (a *Agent) Exec(ctx context.Context, path string, args []string, input []byte, capture bool) (int, error) {
+	req := map[string]any{"path": path, "capture-output": capture}
+	if len(args) > 0 {
+		req["arg"] = args
+	}
+	if input != nil {
+		req["input-data"] = base64.StdEncoding.EncodeToString(input)
+	}
+	var r struct {
+		PID int `json:"pid"`
+	}
+	return r.PID, a.Execute(ctx, "guest-exec", req, &r)
+}
+
+// ExecStatus returns the state of a process started by Exec.
+func (a *Agent) ExecStatus(ctx context.Context, pid int) (ExecStatus, error) {
+	var s ExecStatus
+	if err := a.Execute(ctx, "guest-exec-status", map[string]any{"pid": pid}, &s); err != nil {
+		return s, err
+	}
+	var err error
+	if s.Stdout, err = base64.StdEncoding.DecodeString(s.OutData); err != nil {
+		return s, fmt.Errorf("qmp: guest-exec-status: out-data: %w", err)
+	}
+	if s.Stderr, err = base64.StdEncoding.DecodeString(s.ErrData); err != nil {
+		return s, fmt.Errorf("qmp: guest-exec-status: err-data: %w", err)
+	}
+	return s, nil
+}

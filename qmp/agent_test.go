@@ -1,0 +1,138 @@
+package qmp
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+// The guest agent has no greeting; a previous client may have left replies
+// and junk in the pipe. Sync skips them; replies may or may not carry ids.
+func TestAgentSyncSkipsStaleRepliesAndJunk(t *testing.T) {
+	c, f := newFake(t)
+	a := NewAgent(c)
+	defer a.Close()
+
+	go func() {
+		req := f.recv()
+		if req.Execute != "guest-sync-delimited" {
+			t.Errorf("first command %q", req.Execute)
+		}
+		var args struct {
+			ID int64 `json:"id"`
+		}
+		_ = json.Unmarshal(req.Arguments, &args)
+		// Leftovers of an earlier client: a half line, an id-less reply, a
+		// reply with someone else's id, then the delimited answer without id.
+		f.send(`{"return": {"pid": 12`)
+		f.send("\n")
+		f.send(`{"return": {}}` + "\n")
+		f.send(`{"return": 1234, "id": "other-client-1"}` + "\n")
+		f.send("\xff" + `{"return": 99}` + "\n") // a stale sync answer for another token
+		f.send(fmtReturn(args.ID, ""))
+		// guest-ping, answered without an id (old qemu-ga)
+		ping := f.recv()
+		if ping.Execute != "guest-ping" {
+			t.Errorf("second command %q", ping.Execute)
+		}
+		f.send(`{"return": {}}` + "\n")
+		// guest-get-osinfo, answered with its id
+		os := f.recv()
+		f.send(`{"return": {"id": "kemu-testguest", "kernel-release": "6.1.0"}, "id": ` + string(os.ID) + "}\n")
+	}()
+	if err := a.Sync(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ping(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := a.OSInfo(ctxT(t))
+	if err != nil || info.ID != "kemu-testguest" || info.KernelRelease != "6.1.0" {
+		t.Fatalf("osinfo %+v %v", info, err)
+	}
+}
+
+func fmtReturn(v int64, id string) string {
+	b, _ := json.Marshal(v)
+	s := "\xff" + `{"return": ` + string(b)
+	if id != "" {
+		s += `, "id": "` + id + `"`
+	}
+	return s + "}\n"
+}
+
+// A command that times out makes the next one resynchronise first.
+func TestAgentResyncsAfterTimeout(t *testing.T) {
+	c, f := newFake(t)
+	a := NewAgent(c)
+	defer a.Close()
+	answerSync := func() {
+		req := f.recv()
+		if req.Execute != "guest-sync-delimited" {
+			t.Errorf("expected a sync, got %q", req.Execute)
+			return
+		}
+		var args struct {
+			ID int64 `json:"id"`
+		}
+		_ = json.Unmarshal(req.Arguments, &args)
+		f.send(fmtReturn(args.ID, ""))
+	}
+	go func() {
+		answerSync()
+		f.recv() // guest-info: no answer in time
+		answerSync()
+		req := f.recv()
+		f.send(`{"return": {"version": "7.2.22", "supported_commands": [{"name": "guest-ping", "enabled": true}]}, "id": ` + string(req.ID) + "}\n")
+	}()
+	short, cancel := contextWithTimeout(100 * time.Millisecond)
+	defer cancel()
+	if _, err := a.Info(short); err == nil {
+		t.Fatal("no timeout")
+	}
+	info, err := a.Info(ctxT(t))
+	if err != nil || info.Version != "7.2.22" || len(info.SupportedCommands) != 1 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+}
+
+func TestAgentExecDecodesOutput(t *testing.T) {
+	c, f := newFake(t)
+	a := NewAgent(c)
+	defer a.Close()
+	a.needSync = false
+	go func() {
+		req := f.recv()
+		var args struct {
+			Path    string   `json:"path"`
+			Arg     []string `json:"arg"`
+			Capture bool     `json:"capture-output"`
+		}
+		_ = json.Unmarshal(req.Arguments, &args)
+		if req.Execute != "guest-exec" || args.Path != "/bin/echo" || len(args.Arg) != 1 || !args.Capture {
+			t.Errorf("guest-exec request %s %s", req.Execute, req.Arguments)
+		}
+		f.send(`{"return": {"pid": 42}, "id": ` + string(req.ID) + "}\n")
+		req = f.recv()
+		f.send(`{"return": {"exited": true, "exitcode": 0, "out-data": "aGkK"}, "id": ` + string(req.ID) + "}\n")
+	}()
+	pid, err := a.Exec(ctxT(t), "/bin/echo", []string{"hi"}, nil, true)
+	if err != nil || pid != 42 {
+		t.Fatalf("exec %d %v", pid, err)
+	}
+	st, err := a.ExecStatus(ctxT(t), pid)
+	if err != nil || !st.Exited || string(st.Stdout) != "hi\n" {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+func TestAgentClosedConnection(t *testing.T) {
+	c, f := newFake(t)
+	a := NewAgent(c)
+	defer a.Close()
+	f.close()
+	if err := a.Ping(ctxT(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("ping on a closed agent: %v", err)
+	}
+}
