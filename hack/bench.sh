@@ -48,4 +48,6 @@ section api "API: decode, default, validate, convert" \
 	go test -run '^$' -bench . -benchmem -count 5 ./api/...
 section testguest "Test guest: QEMU (TCG) boot to the ready marker" \
 	go test -tags qemu -run '^$' -bench . -benchtime 5x -timeout 20m ./test/testguest/
+section qmp "QMP: query-status round trip vs a raw socket, event fan-out (real QEMU, TCG)" \
+	go test -tags qemu -run '^$' -bench . -benchmem -count 3 -timeout 20m ./qmp/
 echo "[bench] figures written to $doc"

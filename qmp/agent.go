@@ -33,8 +33,7 @@ func NewAgent(c net.Conn) *Agent {
 // DialAgent connects to the guest agent socket at path and synchronises
 // within ctx (the agent must be running in the guest to answer).
 func DialAgent(ctx context.Context, path string) (*Agent, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := dialUnix(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("qmp: connecting to the guest agent at %s: %w", path, err)
 	}
@@ -64,8 +63,16 @@ func (a *Agent) Sync(ctx context.Context) error {
 
 func (a *Agent) sync(ctx context.Context) error {
 	token := rand.Int64N(1 << 40)
+	id := a.k.nextID()
+	b, err := json.Marshal(request{Execute: "guest-sync-delimited", Arguments: map[string]any{"id": token}, ID: id})
+	if err != nil {
+		return err
+	}
+	// A leading 0xFF makes qemu-ga drop whatever half-written command an
+	// earlier client left in its parser; its complaint about that has no id
+	// and is not our token, so it is skipped.
 	var got int64
-	_, err := a.k.call(ctx, "guest-sync-delimited", map[string]any{"id": token}, nil, func(msg *message) bool {
+	_, err = a.k.roundTrip(ctx, "guest-sync-delimited", id, append(append([]byte{0xff}, b...), '\n'), nil, func(msg *message) bool {
 		return json.Unmarshal(msg.Return, &got) == nil && got == token
 	})
 	if err != nil {

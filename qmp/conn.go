@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -61,8 +62,9 @@ type conn struct {
 	onGreeting func(*message)
 	onClose    func(error) // called once, after the connection ended
 
-	writeMu sync.Mutex
-	ids     atomic.Uint64
+	writeMu  sync.Mutex
+	idPrefix string // random per connection: a stale reply to an earlier client never matches
+	ids      atomic.Uint64
 
 	mu      sync.Mutex
 	pending map[string]*pending
@@ -80,7 +82,8 @@ func newConn(c net.Conn, agent bool, maxSize int) *conn {
 		name = c.RemoteAddr().String()
 	}
 	return &conn{c: c, name: name, agent: agent, maxSize: maxSize,
-		pending: map[string]*pending{}, done: make(chan struct{})}
+		idPrefix: fmt.Sprintf("kemu-%08x-", rand.Uint32()),
+		pending:  map[string]*pending{}, done: make(chan struct{})}
 }
 
 // start runs the reader. Callbacks must be set before.
@@ -196,7 +199,9 @@ func (k *conn) deliver(msg *message) {
 	var id string
 	if len(msg.ID) > 0 {
 		id = idString(msg.ID)
-		p = k.pending[id]
+		if q := k.pending[id]; q != nil && (q.accept == nil || q.accept(msg)) {
+			p = q
+		}
 	} else if k.agent {
 		// Some guest agent replies carry no id: they answer the oldest
 		// command still waiting, if it accepts them.
@@ -240,6 +245,34 @@ func idString(raw json.RawMessage) string {
 	return string(bytes.TrimSpace(raw))
 }
 
+// dialUnix connects to a unix socket, retrying within ctx while the socket
+// is not there yet (QEMU still starting) or busy (QEMU's chardev sockets take
+// one client at a time and may refuse one that comes right after another).
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	wait := 5 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) && !errors.Is(err, unix.EAGAIN) {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// nextID returns a fresh command id.
+func (k *conn) nextID() string { return k.idPrefix + strconv.FormatUint(k.ids.Add(1), 10) }
+
 // request is a command on the wire.
 type request struct {
 	Execute   string `json:"execute"`
@@ -250,7 +283,7 @@ type request struct {
 // call sends cmd with args (and files, by SCM_RIGHTS) and waits for the
 // reply. A QMP error reply is returned as *Error together with the message.
 func (k *conn) call(ctx context.Context, cmd string, args any, files []*os.File, accept func(*message) bool) (*message, error) {
-	id := "kemu-" + strconv.FormatUint(k.ids.Add(1), 10)
+	id := k.nextID()
 	b, err := json.Marshal(request{Execute: cmd, Arguments: args, ID: id})
 	if err != nil {
 		return nil, fmt.Errorf("qmp: %s: encoding arguments: %w", cmd, err)
@@ -307,8 +340,19 @@ func (k *conn) write(ctx context.Context, b []byte, files []*os.File) error {
 	}
 	dl, _ := ctx.Deadline()
 	_ = k.c.SetWriteDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { _ = k.c.SetWriteDeadline(time.Now()) })
-	defer stop()
+	// A cancelled ctx interrupts the write. The callback must be finished
+	// before the next writer sets its own deadline, or it could cut that
+	// writer's write short.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = k.c.SetWriteDeadline(time.Now())
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
 
 	var n int
 	var err error

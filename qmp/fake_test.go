@@ -2,6 +2,7 @@ package qmp
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"net"
 	"os"
@@ -76,7 +77,8 @@ func (f *fakeQEMU) readLoop() {
 			return
 		}
 		var req fakeRequest
-		if json.Unmarshal(line, &req) != nil {
+		// qemu-ga's resync byte may precede a command.
+		if json.Unmarshal(bytes.TrimLeft(line, "\xff"), &req) != nil {
 			continue
 		}
 		req.files, files = files, nil

@@ -77,11 +77,10 @@ func New(c net.Conn, opts ...Option) *Monitor {
 	return m
 }
 
-// Dial connects to the QMP unix socket at path and negotiates capabilities,
-// all within ctx.
+// Dial connects to the QMP unix socket at path (waiting within ctx for it to
+// appear or to be free) and negotiates capabilities, all within ctx.
 func Dial(ctx context.Context, path string, opts ...Option) (*Monitor, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := dialUnix(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("qmp: connecting to %s: %w", path, err)
 	}
@@ -197,7 +196,7 @@ func (m *Monitor) RunRaw(ctx context.Context, command []byte) ([]byte, error) {
 		return nil, errors.New(`qmp: the command has no "execute" member`)
 	}
 	userID, hadID := obj["id"]
-	id := fmt.Sprintf("kemu-raw-%d", m.k.ids.Add(1))
+	id := m.k.nextID()
 	obj["id"], _ = json.Marshal(id)
 	b, err := json.Marshal(obj)
 	if err != nil {

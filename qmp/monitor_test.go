@@ -1,11 +1,13 @@
 package qmp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -455,4 +457,39 @@ func TestQuitTreatsClosedAsSuccess(t *testing.T) {
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+func TestDialWaitsForTheSocket(t *testing.T) {
+	path := t.TempDir() + "/late.sock"
+	short, cancel := contextWithTimeout(100 * time.Millisecond)
+	defer cancel()
+	if _, err := Dial(short, path); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no socket: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		m, err := Dial(ctxT(t), path)
+		if err == nil {
+			m.Close()
+		}
+		done <- err
+	}()
+	l, err := net.Listen("unix", path) // appears after Dial started
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte(greetingLine))
+	line, _ := bufio.NewReader(c).ReadBytes('\n')
+	var req fakeRequest
+	_ = json.Unmarshal(line, &req)
+	c.Write([]byte(`{"return": {}, "id": ` + string(req.ID) + "}\n"))
+	if err := waitErr(t, done); err != nil {
+		t.Fatal(err)
+	}
 }
