@@ -1,0 +1,544 @@
+// Package storage prepares every volume of a VMI before QEMU starts, with
+// KubeVirt's semantics:
+//
+//   - containerDisk: the image's disk (qcow2 or raw, detected by qemu-img,
+//     never by name; images with a backing or external data file are refused)
+//     is extracted once into the image cache, read-only (0444), and used
+//     through a qcow2 overlay <Dir>/<volume>.qcow2 that lives and dies with the
+//     VM. The cached base is never written.
+//   - emptyDisk: a qcow2 of the capacity (rounded up to 512 bytes) at
+//     <Dir>/<volume>.qcow2, removed with the VM.
+//   - hostDisk: Disk must exist. DiskOrCreate creates a sparse raw file of
+//     the capacity (rounded up to 512 bytes) and its parent directories when
+//     missing; an existing regular file smaller than the capacity is grown
+//     (sparse, never shrunk: KubeVirt's disk expansion) once every volume is
+//     ready. Raw. Never removed by Cleanup; what Prepare created is removed
+//     only if Prepare fails.
+//   - persistentVolumeClaim: a block device <PVCRoot>/<claimName>, or the raw
+//     file <PVCRoot>/<claimName>/disk.img; readOnly from the claim.
+//   - cloudInitNoCloud: a "cidata" ISO at <Dir>/<volume>-cidata.iso with
+//     instance-id = the VMI's UID (else <namespace>.<name>, namespace
+//     "default" when empty) and local-hostname = the VMI's name; read-only.
+//   - firmware.kernelBoot.container: kernel and initrd extracted into the
+//     image cache.
+//
+// Whether the guest sees a disk read-only is the command line's decision
+// (disk/cdrom readonly); Volume.ReadOnly only says that the source must not
+// be written (cloud-init ISO, read-only claim).
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/launcher/cloudinit"
+	"github.com/kemu-dev/kemu/launcher/images"
+)
+
+// Volume kinds.
+const (
+	KindContainerDisk         = "containerDisk"
+	KindCloudInitNoCloud      = "cloudInitNoCloud"
+	KindEmptyDisk             = "emptyDisk"
+	KindHostDisk              = "hostDisk"
+	KindPersistentVolumeClaim = "persistentVolumeClaim"
+)
+
+// Disk formats.
+const (
+	FormatRaw   = "raw"
+	FormatQCOW2 = "qcow2"
+)
+
+// PVCDiskImage is the disk file of a file-system claim.
+const PVCDiskImage = "disk.img"
+
+// Options says where things are.
+type Options struct {
+	// Dir is the VM's private directory (it must exist): overlays, ISOs and
+	// emptyDisks live here.
+	Dir string
+	// Images resolves containerDisk and kernelBoot images.
+	Images *images.Store
+	// PVCRoot holds the claims: <PVCRoot>/<claimName>/disk.img, or the block
+	// device <PVCRoot>/<claimName>.
+	PVCRoot string
+	// SecretsDir holds cloud-init secrets: <SecretsDir>/<secretName>/<key>.
+	SecretsDir string
+	// QemuImg is the qemu-img binary ("" = qemu-img from PATH).
+	QemuImg string
+}
+
+// Volume is a prepared volume, ready to be opened by QEMU.
+type Volume struct {
+	Name     string
+	Kind     string // KindContainerDisk, ...
+	Path     string
+	Format   string // FormatRaw or FormatQCOW2: what QEMU should open Path as
+	ReadOnly bool   // the source must not be written
+	Block    bool   // Path is a host block device
+	Size     int64  // virtual size, bytes
+
+	// containerDisk only: the read-only cached image under the overlay
+	// (the overlay's backing file) and its detected format.
+	Base       string
+	BaseFormat string
+}
+
+// KernelBoot holds the files of firmware.kernelBoot.container (either may be
+// empty when the VMI names no such path).
+type KernelBoot struct{ Kernel, Initrd string }
+
+// Prepared is what Prepare made.
+type Prepared struct {
+	Volumes map[string]Volume // by volume name
+	Kernel  *KernelBoot
+
+	mu    sync.Mutex
+	owned []string // files that live and die with the VM
+}
+
+// FieldError is an error caused by one field of the VMI.
+type FieldError struct {
+	Field string // e.g. spec.volumes[1].hostDisk.path
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(field string, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Prepare makes every volume of vmi ready. On error it removes whatever it
+// created and returns a *FieldError naming the VMI field at fault.
+func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Options) (_ *Prepared, err error) {
+	if vmi == nil {
+		return nil, errors.New("storage: no VMI")
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("storage: no VM directory")
+	}
+	if st, err := os.Stat(opts.Dir); err != nil {
+		return nil, fmt.Errorf("storage: VM directory: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("storage: VM directory %s is not a directory", opts.Dir)
+	}
+	pr := &preparer{
+		opts: opts,
+		vmi:  vmi,
+		qemu: qemuImg{bin: opts.QemuImg},
+		p:    &Prepared{Volumes: map[string]Volume{}},
+	}
+	defer func() {
+		if err != nil {
+			pr.rollback()
+		}
+	}()
+	seen := map[string]int{}
+	for i := range vmi.Spec.Volumes {
+		v := &vmi.Spec.Volumes[i]
+		field := fmt.Sprintf("spec.volumes[%d]", i)
+		if err := checkName(v.Name); err != nil {
+			return nil, &FieldError{Field: field + ".name", Err: err}
+		}
+		if j, dup := seen[v.Name]; dup {
+			return nil, fieldErr(field+".name", "volume name %q is already used by spec.volumes[%d]", v.Name, j)
+		}
+		seen[v.Name] = i
+		vol, err := pr.volume(ctx, v, field)
+		if err != nil {
+			return nil, err
+		}
+		vol.Name = v.Name
+		pr.p.Volumes[v.Name] = vol
+	}
+	if err := pr.kernelBoot(ctx); err != nil {
+		return nil, err
+	}
+	for _, g := range pr.grow {
+		if err := os.Truncate(g.path, g.size); err != nil {
+			return nil, fieldErr(g.field, "grow %s to %d bytes: %w", g.path, g.size, err)
+		}
+		v := pr.p.Volumes[g.volume]
+		v.Size = g.size
+		pr.p.Volumes[g.volume] = v
+	}
+	return pr.p, nil
+}
+
+// Cleanup removes what Prepare created for this VM: overlays, ISOs and
+// emptyDisks; never hostDisks, claims or the image cache. Idempotent.
+func (p *Prepared) Cleanup() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for i := len(p.owned) - 1; i >= 0; i-- {
+		if err := os.Remove(p.owned[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Files lists the files Cleanup removes.
+func (p *Prepared) Files() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.owned...)
+}
+
+type growth struct {
+	volume, field, path string
+	size                int64
+}
+
+type preparer struct {
+	opts Options
+	vmi  *v1alpha1.VirtualMachineInstance
+	qemu qemuImg
+	p    *Prepared
+
+	// Undone only on failure: hostDisk files and directories created.
+	createdFiles []string
+	createdDirs  []string // outermost last
+	grow         []growth
+}
+
+func (pr *preparer) own(path string) {
+	pr.p.mu.Lock()
+	pr.p.owned = append(pr.p.owned, path)
+	pr.p.mu.Unlock()
+}
+
+func (pr *preparer) rollback() {
+	_ = pr.p.Cleanup()
+	for i := len(pr.createdFiles) - 1; i >= 0; i-- {
+		_ = os.Remove(pr.createdFiles[i])
+	}
+	for _, d := range pr.createdDirs { // innermost first
+		_ = os.Remove(d) // only if empty
+	}
+}
+
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty volume name")
+	case name == "." || name == ".." || strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("invalid volume name %q", name)
+	case len(name) > 200:
+		return fmt.Errorf("volume name %q is too long", name)
+	}
+	return nil
+}
+
+func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string) (Volume, error) {
+	switch {
+	case v.ContainerDisk != nil:
+		return pr.containerDisk(ctx, v, field+".containerDisk")
+	case v.EmptyDisk != nil:
+		return pr.emptyDisk(ctx, v, field+".emptyDisk")
+	case v.HostDisk != nil:
+		return pr.hostDisk(v, field+".hostDisk")
+	case v.PersistentVolumeClaim != nil:
+		return pr.pvc(v, field+".persistentVolumeClaim")
+	case v.CloudInitNoCloud != nil:
+		return pr.cloudInit(v, field+".cloudInitNoCloud")
+	default:
+		return Volume{}, fieldErr(field, "volume %q has no supported source (containerDisk, cloudInitNoCloud, emptyDisk, hostDisk, persistentVolumeClaim)", v.Name)
+	}
+}
+
+// vmFile is a file of the VM's directory; a stale one (from a launcher that
+// died) is removed first. It is owned from now on, so a failure half-way
+// through its creation leaves nothing behind.
+func (pr *preparer) vmFile(name string) (string, error) {
+	p := filepath.Join(pr.opts.Dir, name)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	pr.own(p)
+	return p, nil
+}
+
+func (pr *preparer) containerDisk(ctx context.Context, v *v1alpha1.Volume, field string) (Volume, error) {
+	cd := v.ContainerDisk
+	if pr.opts.Images == nil {
+		return Volume{}, fieldErr(field+".image", "no image store configured")
+	}
+	base, err := pr.opts.Images.DiskFile(ctx, cd.Image, cd.ImagePullPolicy, cd.Path)
+	if err != nil {
+		f := field + ".image"
+		if cd.Path != "" && errors.Is(err, images.ErrNotFound) {
+			f = field + ".path"
+		}
+		return Volume{}, &FieldError{Field: f, Err: err}
+	}
+	info, err := pr.qemu.info(ctx, base)
+	if err != nil {
+		return Volume{}, fieldErr(field+".image", "image %q: %w", cd.Image, err)
+	}
+	if err := info.checkBase(); err != nil {
+		return Volume{}, fieldErr(field+".image", "image %q: disk %s: %w", cd.Image, base, err)
+	}
+	overlay, err := pr.vmFile(v.Name + ".qcow2")
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := pr.qemu.createOverlay(ctx, overlay, base, info.Format); err != nil {
+		return Volume{}, fieldErr(field, "overlay for image %q: %w", cd.Image, err)
+	}
+	return Volume{Kind: KindContainerDisk, Path: overlay, Format: FormatQCOW2, Size: info.VirtualSize,
+		Base: base, BaseFormat: info.Format}, nil
+}
+
+func roundUp512(n int64) int64 { return (n + 511) &^ 511 }
+
+func (pr *preparer) emptyDisk(ctx context.Context, v *v1alpha1.Volume, field string) (Volume, error) {
+	size := v.EmptyDisk.Capacity.Value()
+	if size <= 0 {
+		return Volume{}, fieldErr(field+".capacity", "must be positive, not %s", v.EmptyDisk.Capacity.String())
+	}
+	size = roundUp512(size)
+	p, err := pr.vmFile(v.Name + ".qcow2")
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := pr.qemu.createQCOW2(ctx, p, size); err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	return Volume{Kind: KindEmptyDisk, Path: p, Format: FormatQCOW2, Size: size}, nil
+}
+
+func (pr *preparer) hostDisk(v *v1alpha1.Volume, field string) (Volume, error) {
+	hd := v.HostDisk
+	if hd.Path == "" {
+		return Volume{}, fieldErr(field+".path", "required")
+	}
+	if !filepath.IsAbs(hd.Path) {
+		return Volume{}, fieldErr(field+".path", "%q is not an absolute path", hd.Path)
+	}
+	path := filepath.Clean(hd.Path)
+	var capacity int64
+	if hd.Capacity != nil {
+		if capacity = hd.Capacity.Value(); capacity <= 0 {
+			return Volume{}, fieldErr(field+".capacity", "must be positive, not %s", hd.Capacity.String())
+		}
+		capacity = roundUp512(capacity)
+	}
+	st, err := os.Stat(path)
+	missing := errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+	switch hd.Type {
+	case v1alpha1.HostDiskExists:
+		if missing {
+			return Volume{}, fieldErr(field+".path", "%s does not exist (type Disk needs an existing disk image; DiskOrCreate creates one)", path)
+		}
+	case v1alpha1.HostDiskExistsOrCreate:
+		if missing {
+			if hd.Capacity == nil {
+				return Volume{}, fieldErr(field+".capacity", "required: %s does not exist and type DiskOrCreate creates it with this size", path)
+			}
+			if err := pr.createSparse(path, capacity); err != nil {
+				return Volume{}, fieldErr(field+".path", "create %s: %w", path, err)
+			}
+			return Volume{Kind: KindHostDisk, Path: path, Format: FormatRaw, Size: capacity}, nil
+		}
+	default:
+		return Volume{}, fieldErr(field+".type", "unknown type %q (Disk or DiskOrCreate)", hd.Type)
+	}
+	if err != nil {
+		return Volume{}, fieldErr(field+".path", "%w", err)
+	}
+	vol := Volume{Kind: KindHostDisk, Path: path, Format: FormatRaw}
+	switch {
+	case st.Mode().IsRegular():
+		vol.Size = st.Size()
+		if hd.Type == v1alpha1.HostDiskExistsOrCreate && hd.Capacity != nil && st.Size() < capacity {
+			pr.grow = append(pr.grow, growth{volume: v.Name, field: field + ".capacity", path: path, size: capacity})
+		}
+	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0:
+		vol.Block = true
+		if vol.Size, err = deviceSize(path); err != nil {
+			return Volume{}, fieldErr(field+".path", "%w", err)
+		}
+	case st.IsDir():
+		return Volume{}, fieldErr(field+".path", "%s is a directory, not a disk image", path)
+	default:
+		return Volume{}, fieldErr(field+".path", "%s is not a regular file or block device (%v)", path, st.Mode().Type())
+	}
+	return vol, nil
+}
+
+// createSparse creates path (and its missing parents) as a sparse file of
+// size bytes, remembering what to remove should Prepare fail.
+func (pr *preparer) createSparse(path string, size int64) error {
+	var missing []string
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d) // innermost first
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				continue
+			}
+			return err
+		}
+		pr.createdDirs = append([]string{missing[i]}, pr.createdDirs...)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
+	if err != nil {
+		return err
+	}
+	pr.createdFiles = append(pr.createdFiles, path)
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func deviceSize(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Seek(0, io.SeekEnd)
+}
+
+func (pr *preparer) pvc(v *v1alpha1.Volume, field string) (Volume, error) {
+	c := v.PersistentVolumeClaim
+	f := field + ".claimName"
+	if err := checkName(c.ClaimName); err != nil {
+		return Volume{}, fieldErr(f, "invalid claim name %q", c.ClaimName)
+	}
+	if pr.opts.PVCRoot == "" {
+		return Volume{}, fieldErr(f, "claim %q: no claim directory configured", c.ClaimName)
+	}
+	root := filepath.Join(pr.opts.PVCRoot, c.ClaimName)
+	vol := Volume{Kind: KindPersistentVolumeClaim, Format: FormatRaw, ReadOnly: c.ReadOnly}
+	st, err := os.Stat(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Volume{}, fieldErr(f, "claim %q not found: no block device or directory %s", c.ClaimName, root)
+	}
+	if err != nil {
+		return Volume{}, fieldErr(f, "claim %q: %w", c.ClaimName, err)
+	}
+	switch {
+	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0:
+		vol.Path, vol.Block = root, true
+		if vol.Size, err = deviceSize(root); err != nil {
+			return Volume{}, fieldErr(f, "claim %q: %w", c.ClaimName, err)
+		}
+	case st.IsDir():
+		vol.Path = filepath.Join(root, PVCDiskImage)
+		ist, err := os.Stat(vol.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return Volume{}, fieldErr(f, "claim %q has no %s (looked for %s)", c.ClaimName, PVCDiskImage, vol.Path)
+		}
+		if err != nil {
+			return Volume{}, fieldErr(f, "claim %q: %w", c.ClaimName, err)
+		}
+		if !ist.Mode().IsRegular() {
+			return Volume{}, fieldErr(f, "claim %q: %s is not a regular file", c.ClaimName, vol.Path)
+		}
+		vol.Size = ist.Size()
+	default:
+		return Volume{}, fieldErr(f, "claim %q: %s is neither a block device nor a directory", c.ClaimName, root)
+	}
+	return vol, nil
+}
+
+// InstanceID is the cloud-init instance-id of a VMI: its UID, else
+// <namespace>.<name> (namespace "default" when empty).
+func InstanceID(vmi *v1alpha1.VirtualMachineInstance) string {
+	if vmi.UID != "" {
+		return string(vmi.UID)
+	}
+	ns := vmi.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return ns + "." + vmi.Name
+}
+
+func (pr *preparer) cloudInit(v *v1alpha1.Volume, field string) (Volume, error) {
+	data, err := cloudinit.Resolve(v.CloudInitNoCloud, pr.opts.SecretsDir, InstanceID(pr.vmi), pr.vmi.Name)
+	if err != nil {
+		var fe *cloudinit.FieldError
+		if errors.As(err, &fe) {
+			f := field
+			if fe.Field != "" {
+				f += "." + fe.Field
+			}
+			return Volume{}, &FieldError{Field: f, Err: fe.Err}
+		}
+		return Volume{}, &FieldError{Field: field, Err: err}
+	}
+	p, err := pr.vmFile(v.Name + "-cidata.iso")
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := cloudinit.NoCloudISO(p, data); err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	return Volume{Kind: KindCloudInitNoCloud, Path: p, Format: FormatRaw, ReadOnly: true, Size: st.Size()}, nil
+}
+
+func (pr *preparer) kernelBoot(ctx context.Context) error {
+	fw := pr.vmi.Spec.Domain.Firmware
+	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
+		return nil
+	}
+	c := fw.KernelBoot.Container
+	field := "spec.domain.firmware.kernelBoot.container"
+	if pr.opts.Images == nil {
+		return fieldErr(field+".image", "no image store configured")
+	}
+	kb := &KernelBoot{}
+	for _, f := range []struct {
+		name, path string
+		dst        *string
+	}{{"kernelPath", c.KernelPath, &kb.Kernel}, {"initrdPath", c.InitrdPath, &kb.Initrd}} {
+		if f.path == "" {
+			continue
+		}
+		p, err := pr.opts.Images.File(ctx, c.Image, c.ImagePullPolicy, f.path)
+		if err != nil {
+			fld := field + ".image"
+			if errors.Is(err, images.ErrNotFound) {
+				fld = field + "." + f.name
+			}
+			return &FieldError{Field: fld, Err: err}
+		}
+		*f.dst = p
+	}
+	pr.p.Kernel = kb
+	return nil
+}
