@@ -50,4 +50,6 @@ section testguest "Test guest: QEMU (TCG) boot to the ready marker" \
 	go test -tags qemu -run '^$' -bench . -benchtime 5x -timeout 20m ./test/testguest/
 section qmp "QMP: query-status round trip vs a raw socket, event fan-out (real QEMU, TCG)" \
 	go test -tags qemu -run '^$' -bench . -benchmem -count 3 -timeout 20m ./qmp/
+section launcher "Launcher: start latency (exec -> running, excluding guest boot) and launcher RSS with one VM" \
+	go test -tags qemu -run '^$' -bench . -benchtime 10x -timeout 20m ./launcher/
 echo "[bench] figures written to $doc"

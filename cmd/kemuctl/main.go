@@ -23,7 +23,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCommand(), newConvertCommand(), newVersionCommand())
+	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newVersionCommand())
 	return root
 }
 

@@ -1,0 +1,104 @@
+package cmdline
+
+import (
+	"fmt"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// disks: per disk a protocol node, a format node and a guest device.
+// virtio → virtio-blk-pci; scsi → scsi-hd/scsi-cd on one virtio-scsi
+// controller (LUNs in disk order); sata → ide-hd/ide-cd on q35's AHCI
+// ports in disk order.
+func (b *builder) disks() {
+	d := &b.vmi.Spec.Domain
+	for _, disk := range d.Devices.Disks {
+		if disk.Disk != nil && disk.Disk.Bus == v1.DiskBusSCSI || disk.CDRom != nil && disk.CDRom.Bus == v1.DiskBusSCSI {
+			b.add("spec.domain.devices.disks", SCSIController{ID: SCSIControllerID})
+			break
+		}
+	}
+	nodes := map[string]string{} // node name -> disk name
+	lun, port := 0, 0
+	for i, disk := range d.Devices.Disks {
+		p := fmt.Sprintf("spec.domain.devices.disks[%d]", i)
+		dp := fmt.Sprintf("Input.Drives[%q]", disk.Name)
+		drv, ok := b.in.Drives[disk.Name]
+		if !ok {
+			b.fail(p+".name", "no prepared drive for volume %q in Input.Drives", disk.Name)
+			return
+		}
+		if drv.Path == "" {
+			b.fail(dp+".Path", "empty")
+		}
+		if drv.Format != FormatRaw && drv.Format != FormatQCOW2 {
+			b.fail(dp+".Format", "%q: must be %s or %s", drv.Format, FormatRaw, FormatQCOW2)
+		}
+
+		var bus v1.DiskBus
+		cdrom, ro, roField := false, drv.ReadOnly, dp+".ReadOnly"
+		switch {
+		case disk.Disk != nil:
+			bus = disk.Disk.Bus
+			if disk.Disk.ReadOnly {
+				ro, roField = true, p+".disk.readonly"
+			}
+		case disk.CDRom != nil:
+			bus, cdrom, ro = disk.CDRom.Bus, true, true
+		case disk.LUN != nil:
+			b.fail(p+".lun", "not supported")
+			return
+		default:
+			b.fail(p, "no disk or cdrom target; Build needs a defaulted VMI")
+			return
+		}
+
+		file, format := FileNodeName(disk.Name), NodeName(disk.Name)
+		for _, n := range []string{file, format} {
+			if other, dup := nodes[n]; dup {
+				b.fail(p+".name", "block node name %q is also disk %q's", n, other)
+			}
+			nodes[n] = disk.Name
+		}
+		id := DiskDeviceID(disk.Name)
+		b.claimID(id, p+".name")
+		b.add(dp,
+			BlockFile{NodeName: file, Filename: b.val(dp+".Path", drv.Path), HostDevice: drv.Block, ReadOnly: ro, Discard: !ro},
+			BlockFormat{NodeName: format, Driver: drv.Format, File: file, ReadOnly: ro, Discard: !ro})
+
+		bd := BlockDisk{ID: id, Drive: format, Serial: b.val(p+".serial", disk.Serial)}
+		if bo := disk.BootOrder; bo != nil {
+			if *bo < 1 || *bo > 1<<16 {
+				b.fail(p+".bootOrder", "%d: must be between 1 and 65536", *bo)
+			}
+			bd.BootIndex = int(*bo)
+		}
+		target := p + ".disk.bus"
+		if cdrom {
+			target = p + ".cdrom.bus"
+		}
+		switch bus {
+		case v1.DiskBusVirtio:
+			if cdrom {
+				b.fail(target, "a CD-ROM cannot be on virtio; use sata or scsi")
+			}
+			b.add(p, VirtioBlk{bd})
+		case v1.DiskBusSCSI:
+			b.add(p, SCSIDisk{BlockDisk: bd, Bus: SCSIControllerID + ".0", LUN: lun, CDROM: cdrom})
+			lun++
+		case v1.DiskBusSATA:
+			switch {
+			case !q35Type.MatchString(d.Machine.Type):
+				b.fail(target, "machine type %q has no SATA controller; use q35", d.Machine.Type)
+			case ro && !cdrom:
+				b.fail(roField, "QEMU cannot attach a read-only disk to SATA (ide-hd); use bus virtio or scsi")
+			case port >= SATAPorts:
+				b.fail(p, "more than %d SATA disks and CD-ROMs: q35's AHCI controller has %d ports", SATAPorts, SATAPorts)
+			}
+			b.add(p, IDEDisk{BlockDisk: bd, Port: port, CDROM: cdrom})
+			port++
+		default:
+			b.fail(target, "%q: must be virtio, sata or scsi", bus)
+		}
+	}
+}

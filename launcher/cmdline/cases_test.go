@@ -1,0 +1,160 @@
+package cmdline
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kemu-dev/kemu/api/manifest"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// env supplies the files and fds a case refers to: fixed, made-up paths
+// for the golden files (goldenEnv), real files, taps and sockets for the
+// QEMU test (qemuEnv, build tag qemu).
+type env interface {
+	facts(accel string) Facts
+	paths() Paths
+	socket(t testing.TB, name string) string                    // another unix socket path
+	overlay(t testing.TB, name string) string                   // qcow2 over the test guest's disk
+	image(t testing.TB, name, format string, size int64) string // a blank image; name may hold '/'
+	media(t testing.TB, name string) string                     // CD-ROM media (raw, 1 MiB)
+	kernel(t testing.TB) *KernelBoot                            // the test guest's kernel and initrd
+	efiVars(t testing.TB, secure bool) string                   // a writable copy of the vars template
+	taps(t testing.TB, n int) []int                             // n tap queues, as fds in QEMU
+	vhostFDs(t testing.TB, n int) []int                         // n vhost-net fds (only if facts say so)
+	port(t testing.TB) int                                      // a free host port
+}
+
+// testCase is one VMI and its inputs; each has a golden file, and the QEMU
+// test starts it (and boots it when boot is set).
+type testCase struct {
+	name  string // testdata/<name>.golden
+	vmi   string // testdata/<vmi>.yaml
+	accel string // "" = tcg
+	vhost bool   // Facts.VhostNet (golden only: this host has no /dev/vhost-net)
+	setup func(t testing.TB, e env, in *Input)
+
+	noQEMU bool // golden only (e.g. KVM: does not work on this host)
+	boot   bool // the QEMU test waits for the guest's ready marker
+}
+
+func (tc testCase) input(t testing.TB, e env) Input {
+	t.Helper()
+	accel := tc.accel
+	if accel == "" {
+		accel = AccelTCG
+	}
+	facts := e.facts(accel)
+	facts.VhostNet = facts.VhostNet && tc.vhost
+	in := Input{VMI: loadVMI(t, tc.vmi), Facts: facts, Paths: e.paths(), Drives: map[string]Drive{}}
+	if fw := in.VMI.Spec.Domain.Firmware; fw != nil {
+		if fw.KernelBoot != nil {
+			in.Kernel = e.kernel(t)
+		}
+		if bl := fw.Bootloader; bl != nil && bl.EFI != nil {
+			in.Paths.EFIVars = e.efiVars(t, bl.EFI.SecureBoot == nil || *bl.EFI.SecureBoot)
+		}
+	}
+	if tc.setup != nil {
+		tc.setup(t, e, &in)
+	}
+	return in
+}
+
+func loadVMI(t testing.TB, name string) *v1.VirtualMachineInstance {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return readVMI(t, f.Name(), f)
+}
+
+func readVMI(t testing.TB, name string, r interface{ Read([]byte) (int, error) }) *v1.VirtualMachineInstance {
+	t.Helper()
+	docs, err := manifest.Read(r)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if len(docs) != 1 {
+		t.Fatalf("%s: %d documents, want 1", name, len(docs))
+	}
+	if errs := docs[0].Errors; len(errs) > 0 {
+		t.Fatalf("%s: %v", name, errs.ToAggregate())
+	}
+	vmi, ok := docs[0].Object.(*v1.VirtualMachineInstance)
+	if !ok {
+		t.Fatalf("%s: a %T, want a VirtualMachineInstance", name, docs[0].Object)
+	}
+	return vmi
+}
+
+func mustVMI(t testing.TB, yaml string) *v1.VirtualMachineInstance {
+	t.Helper()
+	return readVMI(t, "inline", strings.NewReader(yaml))
+}
+
+const mib = 1 << 20
+
+func userNIC(name string) NIC { return NIC{Name: name, User: &UserNet{}} }
+
+var cases = []testCase{
+	{name: "minimal", vmi: "minimal", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["root"] = Drive{Path: e.overlay(t, "root"), Format: FormatQCOW2}
+		in.NICs = []NIC{userNIC("default")}
+	}},
+	{name: "kernelboot", vmi: "kernelboot", boot: true},
+	{name: "efi", vmi: "efi", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["root"] = Drive{Path: e.overlay(t, "root"), Format: FormatQCOW2}
+	}},
+	{name: "efi-secure", vmi: "efi-secure", setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["root"] = Drive{Path: e.overlay(t, "root"), Format: FormatQCOW2}
+	}},
+	{name: "buses", vmi: "buses", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["root"] = Drive{Path: e.overlay(t, "root"), Format: FormatQCOW2}
+		in.Drives["data-virtio"] = Drive{Path: e.image(t, "data-virtio", FormatQCOW2, 16*mib), Format: FormatQCOW2}
+		in.Drives["data-scsi"] = Drive{Path: e.image(t, "data-scsi", FormatQCOW2, 24*mib), Format: FormatQCOW2}
+		in.Drives["data-sata"] = Drive{Path: e.image(t, "data-sata", FormatRaw, 8*mib), Format: FormatRaw}
+		in.Drives["cd-sata"] = Drive{Path: e.media(t, "cd-sata"), Format: FormatRaw, ReadOnly: true}
+		in.Drives["cd-scsi"] = Drive{Path: e.media(t, "cd-scsi"), Format: FormatRaw, ReadOnly: true}
+	}},
+	{name: "readonly", vmi: "readonly", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["ro-virtio"] = Drive{Path: e.image(t, "ro-virtio", FormatRaw, 4*mib), Format: FormatRaw}
+		in.Drives["ro-claim"] = Drive{Path: e.image(t, "ro-claim", FormatRaw, 6*mib), Format: FormatRaw, ReadOnly: true}
+	}},
+	{name: "devices-off", vmi: "devices-off"},
+	{name: "acpi-off", vmi: "acpi-off", boot: true},
+	{name: "acpi-off-pc", vmi: "acpi-off-pc", boot: true},
+	{name: "tap-mq-vhost", vmi: "tap-mq", vhost: true, boot: true, setup: func(t testing.TB, e env, in *Input) {
+		nic := NIC{Name: "default", TapFDs: e.taps(t, 2)}
+		if in.Facts.VhostNet {
+			nic.VhostFDs = e.vhostFDs(t, 2)
+		}
+		in.NICs = []NIC{nic}
+	}},
+	{name: "tap-e1000", vmi: "tap-e1000", setup: func(t testing.TB, e env, in *Input) {
+		in.NICs = []NIC{{Name: "default", TapFDs: e.taps(t, 1)}}
+	}},
+	{name: "usernet", vmi: "usernet", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.NICs = []NIC{{Name: "default", User: &UserNet{
+			Net: in.VMI.Spec.Networks[0].Pod.VMNetworkCIDR,
+			Forwards: []Forward{
+				{Proto: "TCP", HostAddr: "127.0.0.1", HostPort: e.port(t), GuestPort: 22},
+				{Proto: "UDP", HostPort: e.port(t), GuestPort: 53},
+			},
+		}}}
+	}},
+	{name: "incoming", vmi: "incoming", setup: func(t testing.TB, e env, in *Input) { in.Incoming = true }},
+	{name: "cpu-kvm", vmi: "cpu", accel: AccelKVM, noQEMU: true},
+	{name: "cpu-tcg", vmi: "cpu", boot: true},
+	{name: "cpu-named-kvm", vmi: "cpu-named", accel: AccelKVM, noQEMU: true},
+	{name: "cpu-named-tcg", vmi: "cpu-named"},
+	{name: "escaping", vmi: "escaping", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		name := in.VMI.Spec.Domain.Devices.Disks[0].Name
+		in.Drives[name] = Drive{Path: e.image(t, "vol,1/data", FormatRaw, 4*mib), Format: FormatRaw}
+		in.Paths.QMPDebug = e.socket(t, "debug,1.sock")
+	}},
+}

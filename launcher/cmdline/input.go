@@ -1,0 +1,83 @@
+package cmdline
+
+import v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+
+// Facts are what the launcher found out about this node.
+type Facts struct {
+	Binary   string // e.g. "qemu-system-x86_64" (not part of the argv Build returns)
+	Accel    string // "kvm" or "tcg", decided by the caller's probe
+	OVMF     OVMF   // firmware files found on this host (FindOVMF)
+	VhostNet bool   // /dev/vhost-net exists
+}
+
+// Accelerators.
+const (
+	AccelKVM = "kvm"
+	AccelTCG = "tcg"
+)
+
+// Paths are the runtime files the launcher chose. Unix socket paths must fit
+// in sun_path (at most 107 bytes).
+type Paths struct {
+	QMP, QMPDebug string // two QMP unix sockets: the launcher's and one for debugging ("" = none)
+	Serial        string // serial console unix socket; the launcher reads it
+	GuestAgent    string // qemu-ga virtio-serial chardev socket ("" = no agent channel)
+	EFIVars       string // writable copy of the OVMF vars template (OVMF.Pick says which)
+}
+
+// Drive is a prepared volume: the file or block device QEMU opens.
+type Drive struct {
+	Path     string
+	Format   string // "raw" or "qcow2"
+	ReadOnly bool
+	Block    bool // a block device: driver host_device instead of file
+}
+
+// Drive formats.
+const (
+	FormatRaw   = "raw"
+	FormatQCOW2 = "qcow2"
+)
+
+// KernelBoot are the kernel and initrd extracted for
+// spec.domain.firmware.kernelBoot; the command line comes from the VMI.
+type KernelBoot struct{ Kernel, Initrd string }
+
+// NIC is a prepared network interface, for the VMI interface of the same name.
+type NIC struct {
+	Name     string   // the VMI interface name
+	MAC      string   // "" = the interface's macAddress, or let QEMU choose
+	Model    string   // "" = the interface's model; virtio, e1000, e1000e, rtl8139
+	TapFDs   []int    // tap fd numbers in QEMU's process (inherited, ≥ 3); len>1 = multiqueue
+	VhostFDs []int    // vhost-net fds, one per tap fd; only when Facts.VhostNet
+	User     *UserNet // standalone mode (no taps): QEMU user networking (NAT)
+}
+
+// UserNet is QEMU's user-mode (slirp) network: the guest gets the second
+// address of Net (e.g. 10.0.2.2), the host side the first (10.0.2.1).
+type UserNet struct {
+	Net      string // IPv4 CIDR, e.g. "10.0.2.0/24" (the VMI's vmNetworkCIDR or DefaultUserNet)
+	Forwards []Forward
+}
+
+// DefaultUserNet is the guest network when the VMI names none.
+const DefaultUserNet = "10.0.2.0/24"
+
+// Forward forwards a host port to the guest.
+type Forward struct {
+	Proto     string // "tcp" or "udp" (any case)
+	HostAddr  string // IPv4 address to listen on; "" = all
+	HostPort  int
+	GuestPort int
+}
+
+// Input is everything Build needs.
+type Input struct {
+	VMI      *v1.VirtualMachineInstance // defaulted and validated
+	Facts    Facts
+	Paths    Paths
+	Drives   map[string]Drive // by volume name; every disk's volume must be here
+	Kernel   *KernelBoot      // when spec.domain.firmware.kernelBoot
+	NICs     []NIC            // in VMI interface order, one per interface
+	Incoming bool             // migration target: -incoming defer
+}

@@ -1,0 +1,213 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// State is the domain's life as the launcher sees it.
+type State string
+
+// Domain states.
+const (
+	StateStarting     State = "Starting"
+	StateRunning      State = "Running"
+	StatePaused       State = "Paused"
+	StateShuttingDown State = "ShuttingDown"
+	StateShutoff      State = "Shutoff"
+	StateMigrating    State = "Migrating"
+)
+
+// Reason says why the domain is in its state.
+type Reason string
+
+// Reasons.
+const (
+	ReasonBooted         Reason = "Booted"
+	ReasonUnpaused       Reason = "Unpaused"
+	ReasonStartPaused    Reason = "StartStrategyPaused"
+	ReasonUser           Reason = "User"          // paused by a request
+	ReasonIOError        Reason = "IOError"       // paused by QEMU on a disk error
+	ReasonMigration      Reason = "Migration"     // paused for or by migration
+	ReasonACPI           Reason = "ACPIPowerdown" // power button pressed
+	ReasonGuestShutdown  Reason = "GuestShutdown" // the guest powered off
+	ReasonHostRequest    Reason = "HostRequest"   // quit or kill by the launcher
+	ReasonCrashed        Reason = "Crashed"       // QEMU ended on its own, not by a guest power-off
+	ReasonFailedToStart  Reason = "FailedToStart"
+	ReasonGuestPanicked  Reason = "GuestPanicked"
+	ReasonGuestReset     Reason = "GuestReset"
+	ReasonUnknownPause   Reason = "Unknown"
+	ReasonMigrationEnded Reason = "MigrationEnded"
+)
+
+// Domain is a snapshot of the domain's state.
+type Domain struct {
+	State   State
+	Reason  Reason
+	Message string
+	Since   time.Time
+	// Seq counts changes, from 1.
+	Seq int
+	// ExitCode is QEMU's exit status once it ended (-1 if killed by a signal).
+	ExitCode *int
+	// Accel is kvm or tcg.
+	Accel string
+	// PID is QEMU's process id while it runs.
+	PID int
+	// AgentConnected says whether the guest agent answers.
+	AgentConnected bool
+}
+
+func (d Domain) String() string {
+	s := fmt.Sprintf("%s (%s)", d.State, d.Reason)
+	if d.Message != "" {
+		s += ": " + d.Message
+	}
+	if d.AgentConnected {
+		s += " [guest agent connected]"
+	}
+	return s
+}
+
+// maxHistory bounds the changes kept for watchers.
+const maxHistory = 1024
+
+// domainState holds the current Domain and its history for watchers.
+type domainState struct {
+	mu      sync.Mutex
+	cur     Domain
+	history []Domain
+	first   int // Seq of history[0]
+	changed chan struct{}
+}
+
+func newDomainState(accel string) *domainState {
+	d := &domainState{changed: make(chan struct{})}
+	d.set(func(x *Domain) { x.State, x.Reason, x.Accel = StateStarting, "", accel })
+	return d
+}
+
+// set applies f to the current domain and records it if anything changed.
+func (s *domainState) set(f func(*Domain)) Domain {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.cur
+	f(&next)
+	if s.cur.Seq > 0 && sameDomain(next, s.cur) {
+		return s.cur
+	}
+	next.Seq = s.cur.Seq + 1
+	next.Since = time.Now()
+	s.cur = next
+	if len(s.history) == 0 {
+		s.first = next.Seq
+	}
+	s.history = append(s.history, next)
+	if len(s.history) > maxHistory {
+		s.history = s.history[1:]
+		s.first++
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return next
+}
+
+func sameDomain(a, b Domain) bool {
+	return a.State == b.State && a.Reason == b.Reason && a.Message == b.Message && a.Accel == b.Accel &&
+		a.AgentConnected == b.AgentConnected && a.PID == b.PID &&
+		(a.ExitCode == nil) == (b.ExitCode == nil)
+}
+
+func (s *domainState) get() Domain {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// Watcher follows domain changes from where it was created (or from the start).
+type Watcher struct {
+	s    *domainState
+	next int // Seq of the next change to return
+}
+
+// Next returns the next change, waiting for it within ctx. If the watcher
+// fell more than 1024 changes behind, it resumes at the oldest kept.
+func (w *Watcher) Next(ctx context.Context) (Domain, error) {
+	for {
+		w.s.mu.Lock()
+		if w.next < w.s.first {
+			w.next = w.s.first
+		}
+		if i := w.next - w.s.first; i >= 0 && i < len(w.s.history) {
+			d := w.s.history[i]
+			w.next++
+			w.s.mu.Unlock()
+			return d, nil
+		}
+		ch := w.s.changed
+		w.s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Domain{}, ctx.Err()
+		}
+	}
+}
+
+// WaitFor waits until the domain satisfies f, checking the current state first.
+func (w *Watcher) WaitFor(ctx context.Context, f func(Domain) bool) (Domain, error) {
+	if d := w.s.get(); f(d) {
+		return d, nil
+	}
+	for {
+		d, err := w.Next(ctx)
+		if err != nil || f(d) {
+			return d, err
+		}
+	}
+}
+
+// InState selects domains in any of the states.
+func InState(states ...State) func(Domain) bool {
+	return func(d Domain) bool {
+		for _, s := range states {
+			if d.State == s {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// pauseReason maps QEMU's run state after a STOP event to why it paused.
+func pauseReason(qemuStatus string, requested bool) Reason {
+	switch qemuStatus {
+	case "io-error":
+		return ReasonIOError
+	case "inmigrate", "postmigrate", "finish-migrate", "prelaunch":
+		if qemuStatus == "prelaunch" {
+			return ReasonStartPaused
+		}
+		return ReasonMigration
+	case "guest-panicked":
+		return ReasonGuestPanicked
+	}
+	if requested {
+		return ReasonUser
+	}
+	return ReasonUnknownPause
+}
+
+// exitReason decides why QEMU ended.
+func exitReason(guestShutdown, hostRequested bool, code int) Reason {
+	switch {
+	case guestShutdown && code == 0:
+		return ReasonGuestShutdown
+	case hostRequested:
+		return ReasonHostRequest
+	default:
+		return ReasonCrashed
+	}
+}
