@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -131,8 +132,8 @@ func boot(ctx context.Context, o Options) Verdict {
 	if err != nil {
 		return Verdict{Reason: err.Error()}
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return Verdict{Reason: fmt.Sprintf("starting %s: %v", o.QEMU, err)}
 	}
@@ -229,4 +230,23 @@ func writeCache(path string, v Verdict) {
 			klog.ErrorS(errors.Join(err, os.Remove(tmp)), "KVM probe: cannot write the cache")
 		}
 	}
+}
+
+// lockedBuffer collects QEMU's stderr; exec's copier writes while the
+// probe may already read.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
