@@ -293,6 +293,9 @@ func (k *conn) call(ctx context.Context, cmd string, args any, files []*os.File,
 
 // roundTrip registers id, writes b and waits for the reply to id.
 func (k *conn) roundTrip(ctx context.Context, cmd, id string, b []byte, files []*os.File, accept func(*message) bool) (*message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("qmp: %s: not sent: %w", cmd, err)
+	}
 	p := &pending{reply: make(chan *message, 1), accept: accept}
 	k.mu.Lock()
 	if k.err != nil {

@@ -493,3 +493,22 @@ func TestDialWaitsForTheSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestCanceledContextSendsNothing(t *testing.T) {
+	m, f := connected(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.Execute(ctx, "stop", nil, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	// The next command is the first QEMU sees.
+	done := async(func() error { return m.Execute(ctxT(t), "cont", nil, nil) })
+	req := f.recv()
+	if req.Execute != "cont" {
+		t.Fatalf("QEMU got %q first", req.Execute)
+	}
+	f.reply(req, "{}")
+	if err := waitErr(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
