@@ -10,6 +10,7 @@ APT_PACKAGES=(
 	busybox-static qemu-guest-agent cpio kmod # the test guest's userland and initramfs
 	syslinux syslinux-common syslinux-efi mtools dosfstools fdisk # the test guest's bootable disk, no loop mounts
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
+	protobuf-compiler                         # protoc, for the launcher's command server API
 )
 
 # Go tools, pinned. controller-tools and code-generator generate the API.
@@ -19,6 +20,8 @@ GO_TOOLS=(
 	"k8s.io/code-generator/cmd/lister-gen@v0.36.3"
 	"k8s.io/code-generator/cmd/informer-gen@v0.36.3"
 	"honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+	"google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
+	"google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }

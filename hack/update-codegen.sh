@@ -24,3 +24,9 @@ rm -rf "$out/clientset" "$out/listers" "$out/informers"
 	--listers-package "$module/$out/listers" \
 	--output-dir "$out/informers" --output-pkg "$module/$out/informers" "$module/api/v1alpha1"
 gofmt -w api
+
+# The launcher's command server API (protobuf + gRPC).
+PATH="$bin:$PATH" protoc --proto_path=launcher/rpc \
+	--go_out=launcher/rpc --go_opt=paths=source_relative \
+	--go-grpc_out=launcher/rpc --go-grpc_opt=paths=source_relative \
+	launcher/rpc/launcher.proto
