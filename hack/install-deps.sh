@@ -22,6 +22,7 @@ GO_TOOLS=(
 	"honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 	"google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
 	"google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
+	"github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }

@@ -23,7 +23,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newVersionCommand())
+	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand())
 	return root
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
+	"github.com/kemu-dev/kemu/launcher/cmdserver"
 )
 
 // Exit statuses of kemuctl run.
@@ -154,6 +155,20 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	d := l.Domain()
 	say("QEMU pid %d, accelerator %s, runtime dir %s", d.PID, d.Accel, dir)
 	say("debug QMP socket: %s; console log: %s", l.DebugQMPSocket(), l.ConsoleLog())
+	// The command server, for kemuctl shell; its directory outlives the
+	// runtime directory (removed when the VM ends) until kemuctl exits.
+	sockDir := filepath.Clean(dir) + ".sockets"
+	srv := cmdserver.New(cmdserver.Options{SocketsDir: sockDir})
+	if err := srv.Attach(l); err == nil {
+		err = srv.Start(ctx)
+		if err != nil {
+			say("command server not started: %v", err)
+		} else {
+			defer os.RemoveAll(sockDir)
+			defer srv.Stop()
+			say("launcher socket: %s (kemuctl shell --socket %s)", srv.Socket(), srv.Socket())
+		}
+	}
 
 	w := l.Watch(true)
 	go func() {

@@ -1,0 +1,161 @@
+// kemu-launcher runs one VM in the launcher pod behind the command server
+// (launcher/cmdserver): the node agent calls it over
+// <sockets-dir>/launcher.sock, which appears (renamed from
+// launcher-init.sock) once the server answers.
+//
+// The VMI comes from --vmi-file (JSON or YAML), --vmi-json, or the first
+// Sync RPC; without a VMI flag the launcher serves and waits for a Sync for
+// up to --qemu-timeout, then exits 1. SIGTERM/SIGINT shut the guest down
+// gracefully (--grace-period, else the VMI's terminationGracePeriodSeconds)
+// and exit. Exit status: 0 the guest powered off; 1 the VM failed to start
+// or crashed, or no Sync came; 2 bad flags or VMI; 3 the host stopped it
+// (grace period over, killed).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/kemu-dev/kemu/launcher"
+	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/launcher/rpc"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var (
+		vmiFile, vmiJSON, socketsDir, runtimeDir, imageCache, accel, qemu, baseDir string
+		pvcRoot, secretsDir                                                        string
+		grace, qemuTimeout                                                         time.Duration
+	)
+	fs := flag.NewFlagSet("kemu-launcher", flag.ContinueOnError)
+	fs.StringVar(&vmiFile, "vmi-file", "", "the VirtualMachineInstance (JSON or YAML); none: wait for a Sync")
+	fs.StringVar(&vmiJSON, "vmi-json", "", "the VirtualMachineInstance as JSON; none: wait for a Sync")
+	fs.StringVar(&socketsDir, "sockets-dir", "/var/run/kemu/sockets", "where launcher.sock is created")
+	fs.StringVar(&runtimeDir, "runtime-dir", "/var/run/kemu/vm", "the VM's private runtime directory (removed when the VM ends)")
+	fs.StringVar(&imageCache, "image-cache", "/var/lib/kemu/images", "cache of container image files")
+	fs.StringVar(&baseDir, "base-dir", "", "resolves relative oci: image paths (default: the working directory)")
+	fs.StringVar(&pvcRoot, "pvc-root", "", "where persistentVolumeClaim volumes are mounted")
+	fs.StringVar(&secretsDir, "secrets-dir", "", "where cloud-init secret volumes are mounted")
+	fs.StringVar(&qemu, "qemu", "qemu-system-x86_64", "the QEMU binary")
+	fs.StringVar(&accel, "accel", "", `accelerator: kvm, tcg, or "" to probe KVM`)
+	fs.DurationVar(&grace, "grace-period", 0, "graceful shutdown period (0: the VMI's terminationGracePeriodSeconds)")
+	fs.DurationVar(&qemuTimeout, "qemu-timeout", 5*time.Minute, "exit if no VMI arrives (Sync) within this long")
+	klog.InitFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	defer klog.Flush()
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "kemu-launcher: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	if vmiFile != "" && vmiJSON != "" {
+		fmt.Fprintln(os.Stderr, "kemu-launcher: --vmi-file and --vmi-json are exclusive")
+		return 2
+	}
+	var vmiBytes []byte
+	switch {
+	case vmiFile != "":
+		b, err := os.ReadFile(vmiFile)
+		if err != nil {
+			klog.ErrorS(err, "Reading the VMI")
+			return 2
+		}
+		vmiBytes = b
+	case vmiJSON != "":
+		vmiBytes = []byte(vmiJSON)
+	}
+	if vmiBytes != nil {
+		if _, err := cmdserver.DecodeVMI(vmiBytes); err != nil {
+			klog.ErrorS(errors.New(status.Convert(err).Message()), "Bad VMI")
+			return 2
+		}
+	}
+	if baseDir == "" {
+		baseDir, _ = os.Getwd()
+	}
+	if abs, err := filepath.Abs(runtimeDir); err == nil {
+		runtimeDir = abs
+	}
+
+	srv := cmdserver.New(cmdserver.Options{
+		SocketsDir: socketsDir, GracePeriod: grace, Version: version,
+		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
+			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir},
+	})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	ctx := context.Background()
+	if err := srv.Start(ctx); err != nil {
+		klog.ErrorS(err, "Command server")
+		return 1
+	}
+	defer srv.Stop()
+	klog.InfoS("kemu-launcher serving", "version", version, "socket", srv.Socket())
+
+	if vmiBytes != nil {
+		go func() {
+			if _, err := srv.Sync(ctx, &rpc.SyncRequest{VmiJson: vmiBytes}); err != nil {
+				klog.ErrorS(err, "Starting the VM from the flags")
+			}
+		}()
+	}
+	timeout := time.NewTimer(qemuTimeout)
+	defer timeout.Stop()
+	select {
+	case <-srv.Started():
+	case <-timeout.C:
+		klog.ErrorS(nil, "No VMI arrived (Sync) within --qemu-timeout; exiting", "qemuTimeout", qemuTimeout)
+		return 1
+	case sig := <-sigs:
+		klog.InfoS("Signal before any VM; exiting", "signal", sig)
+		return 0
+	}
+	l := srv.Launcher()
+	final := make(chan launcher.Domain, 1)
+	go func() {
+		d, _ := l.Wait(ctx)
+		final <- d
+	}()
+	var d launcher.Domain
+	select {
+	case d = <-final:
+	case sig := <-sigs:
+		klog.InfoS("Signal: shutting the VM down", "signal", sig, "grace", srv.Grace())
+		go func() {
+			if _, err := srv.ShutdownVM(ctx, 0); err != nil {
+				klog.ErrorS(err, "Shutdown")
+			}
+		}()
+		select {
+		case d = <-final:
+		case sig := <-sigs:
+			klog.InfoS("Second signal: killing QEMU", "signal", sig)
+			d, _ = l.Kill(ctx)
+		}
+	}
+	klog.InfoS("VM ended", "state", d.State, "reason", d.Reason, "message", d.Message)
+	switch d.Reason {
+	case launcher.ReasonGuestShutdown:
+		return 0
+	case launcher.ReasonHostRequest:
+		return 3
+	default:
+		return 1
+	}
+}

@@ -1,0 +1,115 @@
+//go:build qemu
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/test/testguest"
+)
+
+// --vmi-file starts the VM; the socket becomes ready; SIGTERM shuts the
+// guest down and the launcher exits 0.
+func TestVMIFileAndSIGTERM(t *testing.T) {
+	root, err := testguest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testguest.Paths(); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildLauncher(t)
+	dir := shortDir(t)
+	vmi := filepath.Join(dir, "vmi.yaml")
+	if err := os.WriteFile(vmi, []byte(`apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: kl}
+spec:
+  terminationGracePeriodSeconds: 90
+  domain:
+    memory: {guest: 192Mi}
+    devices:
+      autoattachPodInterface: false
+      disks:
+      - {name: root, disk: {bus: virtio}}
+  volumes:
+  - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	sockets := filepath.Join(dir, "s")
+	cmd := exec.CommandContext(ctx, bin, "--vmi-file", vmi, "--sockets-dir", sockets,
+		"--runtime-dir", filepath.Join(dir, "run"), "--image-cache", filepath.Join(dir, "cache"),
+		"--base-dir", root, "--accel", "tcg", "-v", "2")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("launcher log:\n%s", stderr.String())
+		}
+	}()
+	sock := filepath.Join(sockets, "launcher.sock")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rpc.NewLauncherClient(conn)
+	// WaitForReady: the client retries until the socket exists.
+	w, err := c.WatchDomain(ctx, &rpc.WatchRequest{FromSeq: 1}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := w.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := ev.GetDomain(); d != nil && d.State == "Running" {
+			break
+		}
+	}
+	con, err := c.Console(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for !strings.Contains(out.String(), "KEMU-GUEST acpid status=started") {
+		m, err := con.Recv()
+		if err != nil {
+			t.Fatalf("console: %v (so far %q)", err, out.String())
+		}
+		out.Write(m.Data)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("launcher exit: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "reason=\"GuestShutdown\"") {
+		t.Errorf("no GuestShutdown in the log")
+	}
+	for _, p := range []string{sock, filepath.Join(dir, "run")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind: %v", p, err)
+		}
+	}
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peterh/liner"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/kemu-dev/kemu/launcher/rpc"
+)
+
+// shellAPIVersion is the launcher command API version kemuctl speaks.
+const shellAPIVersion = "v1"
+
+// shellPrompt is the interactive prompt.
+const shellPrompt = "kemu> "
+
+// usageError is a mistake in what was typed, not an RPC failure.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errInterrupted is the cause of a command context cancelled by Ctrl-C.
+var errInterrupted = errors.New("interrupted")
+
+func newShellCommand() *cobra.Command {
+	var socket, commands, output string
+	cmd := &cobra.Command{
+		Use:   "shell (--socket PATH | VMI)",
+		Short: "Open a debug shell on a launcher's command server",
+		Long: `Open a debug shell on a launcher's command server (its unix socket; kemuctl run
+prints it as "launcher socket: PATH").
+
+Commands: status, pause, resume, shutdown [grace], kill, reset, stats,
+agent ping|info, events, console, qmp <command> [json args], help, exit.
+With -c the commands (separated by ';') run without a prompt; the exit status is
+1 as soon as one fails. -o json prints the responses as JSON (protojson; qmp
+replies as QEMU sent them).
+
+kemuctl shell VMI (reaching a VMI's launcher by name in a cluster) needs the
+node agent's cluster support and is not available yet.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			errOut := cmd.ErrOrStderr()
+			switch output {
+			case "", "text", "json":
+			default:
+				fmt.Fprintf(errOut, "kemuctl shell: -o %q: want text or json\n", output)
+				return exitError{2}
+			}
+			if len(args) == 1 {
+				if socket != "" {
+					fmt.Fprintln(errOut, "kemuctl shell: give either --socket PATH or a VMI name, not both")
+					return exitError{2}
+				}
+				fmt.Fprintf(errOut, "kemuctl shell: reaching the launcher of VMI %q by name needs the cluster support "+
+					"of the node agent (issue 9), which kemu does not have yet; attach to a launcher socket "+
+					"instead with kemuctl shell --socket PATH (kemuctl run prints its \"launcher socket: PATH\")\n", args[0])
+				return exitError{2}
+			}
+			if socket == "" {
+				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
+				return exitError{2}
+			}
+			return runShell(cmd, socket, commands, output == "json", cmd.Flags().Changed("command"))
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "the launcher's command socket")
+	cmd.Flags().StringVarP(&commands, "command", "c", "", "run these commands (separated by ';') and exit")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// shell is one session against a launcher.
+type shell struct {
+	client rpc.LauncherClient
+	in     io.Reader
+	out    io.Writer
+	errOut io.Writer
+	json   bool
+	intr   *interrupter
+
+	qmpMu    sync.Mutex
+	qmpNames []string // QEMU's command names, once fetched
+}
+
+func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) error {
+	errOut := cmd.ErrOrStderr()
+	if _, err := os.Stat(socket); err != nil {
+		fmt.Fprintf(errOut, "error: launcher socket: %v\n", err)
+		return exitError{1}
+	}
+	conn, err := grpc.NewClient("unix:"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintf(errOut, "error: %s\n", formatError(err))
+		return exitError{1}
+	}
+	defer conn.Close()
+	s := &shell{
+		client: rpc.NewLauncherClient(conn),
+		in:     cmd.InOrStdin(),
+		out:    cmd.OutOrStdout(),
+		errOut: errOut,
+		json:   jsonOut,
+		intr:   newInterrupter(),
+	}
+	defer s.intr.stop()
+
+	ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
+	info, err := s.client.Info(ctx, &rpc.InfoRequest{SupportedVersions: []string{shellAPIVersion}})
+	cancel()
+	if err == nil && info.GetVersion() != shellAPIVersion {
+		err = fmt.Errorf("the launcher speaks API %q (supports %s), kemuctl speaks %s",
+			info.GetVersion(), strings.Join(info.GetSupportedVersions(), ", "), shellAPIVersion)
+	}
+	if err != nil {
+		fmt.Fprintf(errOut, "error: %s\n", formatError(err))
+		return exitError{1}
+	}
+
+	if batch {
+		for _, line := range splitCommands(commands) {
+			done, err := s.run(cmd.Context(), line)
+			if err != nil {
+				fmt.Fprintf(errOut, "error: %s\n", formatError(err))
+				return exitError{1}
+			}
+			if done {
+				break
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(s.out, "connected to launcher %s (API %s) at %s; type help, or exit\n",
+		info.GetLauncherVersion(), info.GetVersion(), socket)
+	return s.interactive(cmd.Context())
+}
+
+// interactive runs the prompt loop until exit, quit or end of input.
+func (s *shell) interactive(ctx context.Context) error {
+	line := liner.NewLiner()
+	defer line.Close()
+	line.SetCtrlCAborts(true)
+	line.SetTabCompletionStyle(liner.TabCircular)
+	line.SetWordCompleter(s.complete)
+
+	history := historyFile()
+	if history != "" {
+		if f, err := os.Open(history); err == nil {
+			_, _ = line.ReadHistory(f)
+			f.Close()
+		}
+	}
+	defer func() {
+		if history == "" {
+			return
+		}
+		if err := os.MkdirAll(filepath.Dir(history), 0o700); err != nil {
+			return
+		}
+		if f, err := os.OpenFile(history, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err == nil {
+			_, _ = line.WriteHistory(f)
+			f.Close()
+		}
+	}()
+
+	for {
+		text, err := line.Prompt(shellPrompt)
+		if errors.Is(err, liner.ErrPromptAborted) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintln(s.out)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(text) != "" {
+			line.AppendHistory(text)
+		}
+		for _, cmdLine := range splitCommands(text) {
+			done, err := s.run(ctx, cmdLine)
+			if err != nil {
+				fmt.Fprintf(s.errOut, "error: %s\n", formatError(err))
+				break
+			}
+			if done {
+				return nil
+			}
+		}
+	}
+}
+
+// historyFile is where the interactive history is kept ("" if nowhere).
+func historyFile() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "kemu", "shell_history")
+}
+
+// shellCommand is one command of the shell.
+type shellCommand struct {
+	name, args, help string
+	run              func(s *shell, ctx context.Context, rest string) error
+}
+
+// shellCommands lists the commands in the order help (and completion)
+// presents them.
+func shellCommands() []shellCommand {
+	return []shellCommand{
+		{"status", "", "the domain: state, reason, QEMU pid and version, accelerator, uptime", (*shell).status},
+		{"pause", "", "pause the guest's vCPUs", (*shell).pause},
+		{"resume", "", "resume a paused guest", (*shell).resume},
+		{"shutdown", "[grace]", "ACPI shutdown, then stop QEMU after grace (seconds or a duration; default: the VMI's)", (*shell).shutdown},
+		{"kill", "", "stop QEMU at once", (*shell).kill},
+		{"reset", "", "hard-reset the guest", (*shell).reset},
+		{"stats", "", "vCPU, block and balloon statistics", (*shell).stats},
+		{"agent", "ping|info", "talk to the guest agent", (*shell).agent},
+		{"events", "", "follow state changes and QMP events until Ctrl-C", (*shell).events},
+		{"console", "", "attach the serial console (Ctrl-] leaves)", (*shell).console},
+		{"qmp", "<command> [json args]", "send one QMP command, e.g. qmp query-status", (*shell).qmp},
+		{"help", "", "this list", (*shell).help},
+		{"exit", "", "leave the shell (also quit, Ctrl-D)", nil},
+		{"quit", "", "", nil},
+	}
+}
+
+// run executes one command line; done reports exit or quit.
+func (s *shell) run(parent context.Context, line string) (done bool, err error) {
+	name, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	rest = strings.TrimSpace(rest)
+	if name == "" {
+		return false, nil
+	}
+	for _, c := range shellCommands() {
+		if c.name != name {
+			continue
+		}
+		if c.run == nil {
+			return true, nil
+		}
+		ctx, release := s.intr.context(parent)
+		defer release()
+		return false, c.run(s, ctx, rest)
+	}
+	return false, usagef("unknown command %q (try help)", name)
+}
+
+func (s *shell) help(_ context.Context, _ string) error {
+	for _, c := range shellCommands() {
+		if c.help == "" {
+			continue
+		}
+		fmt.Fprintf(s.out, "  %-32s %s\n", strings.TrimSpace(c.name+" "+c.args), c.help)
+	}
+	return nil
+}
+
+// formatError renders an error as the shell prints it: "<code>: <message>"
+// for gRPC errors.
+func formatError(err error) string {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return ue.msg
+	}
+	if st, ok := status.FromError(err); ok {
+		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	}
+	return err.Error()
+}
+
+// splitCommands splits a line at the semicolons that are not inside a JSON
+// string, object or array.
+func splitCommands(line string) []string {
+	var parts []string
+	depth, inString, escaped, start := 0, false, false, 0
+	for i, r := range line {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case r == '\\':
+				escaped = true
+			case r == '"':
+				inString = false
+			}
+		case r == '"':
+			inString = true
+		case r == '{' || r == '[':
+			depth++
+		case (r == '}' || r == ']') && depth > 0:
+			depth--
+		case r == ';' && depth == 0:
+			parts = append(parts, line[start:i])
+			start = i + 1
+		}
+	}
+	parts = append(parts, line[start:])
+	var out []string
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// interrupter turns Ctrl-C (SIGINT) into the cancellation of the running
+// command, so that it ends the command, not the shell.
+type interrupter struct {
+	ch     chan os.Signal
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc
+}
+
+func newInterrupter() *interrupter {
+	i := &interrupter{ch: make(chan os.Signal, 1)}
+	signal.Notify(i.ch, os.Interrupt)
+	go func() {
+		for range i.ch {
+			i.mu.Lock()
+			if i.cancel != nil {
+				i.cancel(errInterrupted)
+			}
+			i.mu.Unlock()
+		}
+	}()
+	return i
+}
+
+// context returns the context of one command, cancelled by Ctrl-C until
+// release.
+func (i *interrupter) context(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	i.mu.Lock()
+	i.cancel = cancel
+	i.mu.Unlock()
+	return ctx, func() {
+		i.mu.Lock()
+		i.cancel = nil
+		i.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+func (i *interrupter) stop() {
+	signal.Stop(i.ch)
+	close(i.ch)
+}
+
+// interrupted reports whether ctx ended by Ctrl-C.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errInterrupted)
+}
