@@ -6,7 +6,6 @@
 package qmp_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kemu-dev/kemu/test/testguest"
 
 	"github.com/kemu-dev/kemu/qmp"
 )
@@ -38,7 +39,7 @@ type qemuProc struct {
 	dir     string
 	args    []string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *testguest.SyncBuffer
 	exited  chan struct{}
 	exitErr error
 }
@@ -71,7 +72,7 @@ func startQEMU(t testing.TB, extra ...string) *qemuProc {
 
 func startQEMUArgs(t testing.TB, dir string, args []string) *qemuProc {
 	t.Helper()
-	p := &qemuProc{t: t, dir: dir, args: args, out: &syncBuffer{}, exited: make(chan struct{})}
+	p := &qemuProc{t: t, dir: dir, args: args, out: &testguest.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command("qemu-system-x86_64", args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -238,21 +239,4 @@ func wantClosed(t testing.TB, what string, err error) {
 	if err == nil || !errors.Is(err, qmp.ErrClosed) {
 		t.Errorf("%s: got %v (%T), want an error wrapping qmp.ErrClosed", what, err, err)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

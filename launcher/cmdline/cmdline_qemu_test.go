@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,28 +170,10 @@ func (e *qemuEnv) port(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// lockedBuffer collects QEMU's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // vm is a running QEMU.
 type vm struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *testguest.SyncBuffer
 	exited chan struct{}
 	err    error // Wait's result, once exited is closed
 }
@@ -208,7 +189,7 @@ func (v *vm) state() string {
 }
 
 func startQEMU(t *testing.T, argv []string, extra []*os.File) *vm {
-	v := &vm{cmd: exec.Command(qemuBinary, argv...), out: &lockedBuffer{}, exited: make(chan struct{})}
+	v := &vm{cmd: exec.Command(qemuBinary, argv...), out: &testguest.SyncBuffer{}, exited: make(chan struct{})}
 	v.cmd.ExtraFiles = extra
 	v.cmd.Stdout, v.cmd.Stderr = v.out, v.out
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

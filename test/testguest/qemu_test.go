@@ -435,7 +435,7 @@ type qemuVM struct {
 	t       testing.TB
 	dir     string
 	cmd     *exec.Cmd
-	stderr  *syncBuffer
+	stderr  *SyncBuffer
 	exited  chan struct{}
 	exitErr error
 	started time.Time
@@ -462,7 +462,7 @@ func startVM(t testing.TB, dir string, agent bool, extra ...string) *qemuVM {
 			"-device", "virtserialport,bus=vser0.0,chardev=qga0,name=org.qemu.guest_agent.0")
 	}
 	args = append(args, extra...)
-	vm := &qemuVM{t: t, dir: dir, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	vm := &qemuVM{t: t, dir: dir, stderr: &SyncBuffer{}, exited: make(chan struct{})}
 	vm.cmd = exec.Command("qemu-system-x86_64", args...)
 	vm.cmd.Stdout = vm.stderr
 	vm.cmd.Stderr = vm.stderr
@@ -596,23 +596,6 @@ func (vm *qemuVM) dialAgent() *qgaConn {
 		vm.t.Fatalf("guest-sync: %v", err)
 	}
 	return q
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // --------------------------------------------------------------------- QMP --
