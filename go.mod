@@ -3,6 +3,7 @@ module github.com/kemu-dev/kemu
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/creack/pty v1.1.24
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
 	github.com/google/go-containerregistry v0.22.1
