@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
+	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/images"
@@ -69,6 +71,10 @@ type Config struct {
 	Hooks []func(ctx context.Context, m *qmp.Monitor) error
 	// ConsoleLogSize bounds the serial console log (default 1 MiB).
 	ConsoleLogSize int64
+	// NoDeviceCgroup runs QEMU without its cgroup v2 device allowlist. Only
+	// for hosts without cgroup2 (or without the rights to use it); by
+	// default a missing cgroup2 hierarchy is an error.
+	NoDeviceCgroup bool
 }
 
 // Launcher supervises one QEMU.
@@ -82,6 +88,7 @@ type Launcher struct {
 	argv     []string
 
 	cmd      *exec.Cmd
+	cgroup   *cgroup.Group
 	exited   chan struct{}
 	exitErr  error
 	stderr   *tailBuffer
@@ -235,7 +242,7 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 	phase("prepare", t0)
 
 	t0 = time.Now()
-	if err := l.exec(); err != nil {
+	if err := l.exec(accel, facts.VhostNet); err != nil {
 		return err
 	}
 	phase("exec", t0)
@@ -280,9 +287,18 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 // OS thread for QEMU's whole life: PR_SET_PDEATHSIG fires when the thread
 // that forked dies, so the thread must outlive QEMU, and the launcher dying
 // takes QEMU with it.
-func (l *Launcher) exec() error {
+func (l *Launcher) exec(accel string, vhostNet bool) error {
 	cmd := exec.Command(l.cfg.QEMU, l.argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if !l.cfg.NoDeviceCgroup {
+		// QEMU is cloned straight into its device cgroup (CLONE_INTO_CGROUP):
+		// it never runs an instruction outside the allowlist.
+		fd, err := l.deviceCgroup(accel, vhostNet)
+		if err != nil {
+			return err
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
 	cmd.Stdout = l.stderr
 	cmd.Stderr = l.stderr
 	cmd.ExtraFiles = l.cfg.ExtraFiles
@@ -306,6 +322,45 @@ func (l *Launcher) exec() error {
 	l.state.set(func(d *Domain) { d.PID = cmd.Process.Pid })
 	klog.InfoS("QEMU started", "pid", cmd.Process.Pid, "vmi", klog.KObj(l.vmi))
 	return nil
+}
+
+// deviceCgroup creates QEMU's cgroup with the devices its VMI needs: the
+// basics, /dev/kvm under KVM, /dev/net/tun and /dev/vhost-net for taps,
+// and the block devices of block-mode volumes. It returns the group's fd.
+func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
+	var blocks []string
+	for _, v := range l.prepared.Volumes {
+		if v.Block {
+			blocks = append(blocks, v.Path)
+		}
+	}
+	taps := len(l.cfg.ExtraFiles) > 0
+	allow, err := cgroup.Default(accel == "kvm", taps, vhostNet && taps, blocks...)
+	if err != nil {
+		return 0, fmt.Errorf("launcher: device allowlist: %w", err)
+	}
+	name := fmt.Sprintf("kemu-qemu-%s-%s-%d-%d", l.vmi.Namespace, l.vmi.Name, os.Getpid(), cgroupSeq.Add(1))
+	if l.cgroup, err = cgroup.Create("", name, allow); err != nil {
+		return 0, fmt.Errorf("launcher: QEMU's device cgroup (run without it only with the explicit opt-out): %w", err)
+	}
+	fd, err := l.cgroup.FD()
+	if err != nil {
+		return 0, fmt.Errorf("launcher: QEMU's device cgroup: %w", err)
+	}
+	klog.V(2).InfoS("QEMU device allowlist", "cgroup", l.cgroup.Path(), "allow", allow.Strings())
+	return fd, nil
+}
+
+// cgroupSeq keeps the names of device cgroups made by one process apart.
+var cgroupSeq atomic.Uint64
+
+// DeviceCgroup is the cgroup confining QEMU's devices, or "" when the
+// launcher runs without it (Config.NoDeviceCgroup).
+func (l *Launcher) DeviceCgroup() string {
+	if l.cgroup == nil {
+		return ""
+	}
+	return l.cgroup.Path()
 }
 
 // dialQMP connects to QEMU's monitor, giving up at once if QEMU exits.
@@ -454,6 +509,11 @@ func (l *Launcher) finish() {
 		if l.prepared != nil {
 			if err := l.prepared.Cleanup(); err != nil {
 				klog.ErrorS(err, "Removing the VM's volumes")
+			}
+		}
+		if l.cgroup != nil {
+			if err := l.cgroup.Remove(); err != nil {
+				klog.ErrorS(err, "Removing QEMU's device cgroup", "cgroup", l.cgroup.Path())
 			}
 		}
 		if err := os.RemoveAll(l.cfg.Dir); err != nil {

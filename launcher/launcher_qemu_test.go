@@ -184,6 +184,14 @@ func TestDiskBootDevicesPauseAgentShutdown(t *testing.T) {
 	v := start(t, cfg)
 
 	ready := v.wait(bootTimeout, testguest.IsKind(testguest.KindReady))
+	// QEMU runs (and booted) inside its device cgroup.
+	cg := v.l.DeviceCgroup()
+	if cg == "" {
+		t.Fatal("QEMU has no device cgroup")
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", v.l.Domain().PID)); err != nil || !strings.Contains(string(b), "/"+filepath.Base(cg)+"\n") {
+		t.Errorf("QEMU's /proc/pid/cgroup %q does not name %s (%v)", b, cg, err)
+	}
 	blocks := map[string]testguest.Marker{}
 	for _, m := range v.w.Find(testguest.IsKind(testguest.KindBlock)) {
 		blocks[m.Fields["serial"]] = m
@@ -258,6 +266,9 @@ func TestDiskBootDevicesPauseAgentShutdown(t *testing.T) {
 	}
 	if _, err := os.Stat(hostDisk); err != nil {
 		t.Errorf("the hostDisk must survive the VM: %v", err)
+	}
+	if _, err := os.Stat(cg); !os.IsNotExist(err) {
+		t.Errorf("device cgroup %s left behind (%v)", cg, err)
 	}
 }
 

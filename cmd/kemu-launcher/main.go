@@ -41,6 +41,7 @@ func run() int {
 		vmiFile, vmiJSON, socketsDir, runtimeDir, imageCache, accel, qemu, baseDir string
 		pvcRoot, secretsDir                                                        string
 		grace, qemuTimeout                                                         time.Duration
+		noDeviceCgroup                                                             bool
 	)
 	fs := flag.NewFlagSet("kemu-launcher", flag.ContinueOnError)
 	fs.StringVar(&vmiFile, "vmi-file", "", "the VirtualMachineInstance (JSON or YAML); none: wait for a Sync")
@@ -54,6 +55,7 @@ func run() int {
 	fs.StringVar(&qemu, "qemu", "qemu-system-x86_64", "the QEMU binary")
 	fs.StringVar(&accel, "accel", "", `accelerator: kvm, tcg, or "" to probe KVM`)
 	fs.DurationVar(&grace, "grace-period", 0, "graceful shutdown period (0: the VMI's terminationGracePeriodSeconds)")
+	fs.BoolVar(&noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (only for hosts without cgroup2)")
 	fs.DurationVar(&qemuTimeout, "qemu-timeout", 5*time.Minute, "exit if no VMI arrives (Sync) within this long")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -96,7 +98,7 @@ func run() int {
 	srv := cmdserver.New(cmdserver.Options{
 		SocketsDir: socketsDir, GracePeriod: grace, Version: version,
 		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
-			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir},
+			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, NoDeviceCgroup: noDeviceCgroup},
 	})
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)

@@ -34,7 +34,7 @@ const (
 type runOptions struct {
 	dir, imageCache, accel, probeCache string
 	probeKernel, probeInitrd           string
-	console, waitAgent                 bool
+	console, waitAgent, noDeviceCgroup bool
 	timeout, agentTimeout              time.Duration
 	then                               []string
 	publish                            []string
@@ -77,6 +77,7 @@ input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
 	f.DurationVar(&o.agentTimeout, "agent-timeout", 3*time.Minute, "how long --wait-agent waits")
 	f.DurationVar(&o.timeout, "timeout", 0, "shut the VM down gracefully after this long (0: never)")
 	f.StringSliceVar(&o.then, "then", nil, "actions after start: pause, unpause, agent, shutdown, stop, sleep=DURATION")
+	f.BoolVar(&o.noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (hosts without cgroup2)")
 	f.StringSliceVar(&o.publish, "publish", nil, "forward a host port to the guest: [ADDR:]HOSTPORT:GUESTPORT[/udp]")
 	return cmd
 }
@@ -117,7 +118,8 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	cwd, _ := os.Getwd()
 	l, err := launcher.New(launcher.Config{
 		VMI: vmi, Dir: dir, ImageCache: o.imageCache, BaseDir: cwd, Accel: o.accel, NICs: nics,
-		KVMProbe: kvm.Options{Kernel: o.probeKernel, Initrd: o.probeInitrd, CacheFile: o.probeCache},
+		KVMProbe:       kvm.Options{Kernel: o.probeKernel, Initrd: o.probeInitrd, CacheFile: o.probeCache},
+		NoDeviceCgroup: o.noDeviceCgroup,
 	})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -154,6 +156,11 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	}
 	d := l.Domain()
 	say("QEMU pid %d, accelerator %s, runtime dir %s", d.PID, d.Accel, dir)
+	if cg := l.DeviceCgroup(); cg != "" {
+		say("QEMU's devices confined by cgroup %s", cg)
+	} else {
+		say("QEMU runs WITHOUT a device allowlist (--no-device-cgroup)")
+	}
 	say("debug QMP socket: %s; console log: %s", l.DebugQMPSocket(), l.ConsoleLog())
 	// The command server, for kemuctl shell; its directory outlives the
 	// runtime directory (removed when the VM ends) until kemuctl exits.
