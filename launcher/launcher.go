@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,7 +340,8 @@ func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("launcher: device allowlist: %w", err)
 	}
-	name := fmt.Sprintf("kemu-qemu-%s-%s-%d-%d", l.vmi.Namespace, l.vmi.Name, os.Getpid(), cgroupSeq.Add(1))
+	removeStaleDeviceCgroups()
+	name := fmt.Sprintf("%s%s-%s-%d-%d", deviceCgroupPrefix, l.vmi.Namespace, l.vmi.Name, os.Getpid(), cgroupSeq.Add(1))
 	if l.cgroup, err = cgroup.Create("", name, allow); err != nil {
 		return 0, fmt.Errorf("launcher: QEMU's device cgroup (run without it only with the explicit opt-out): %w", err)
 	}
@@ -353,6 +355,41 @@ func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 
 // cgroupSeq keeps the names of device cgroups made by one process apart.
 var cgroupSeq atomic.Uint64
+
+// deviceCgroupPrefix starts the name of every QEMU device cgroup; the name
+// ends in -<launcher pid>-<n>.
+const deviceCgroupPrefix = "kemu-qemu-"
+
+// removeStaleDeviceCgroups removes the empty device cgroups that launchers
+// killed without a chance to clean up (SIGKILL) left beside this one.
+func removeStaleDeviceCgroups() {
+	h, err := cgroup.Self()
+	if err != nil {
+		return
+	}
+	entries, err := os.ReadDir(h.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, deviceCgroupPrefix) {
+			continue
+		}
+		parts := strings.Split(name, "-")
+		if len(parts) < 2 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[len(parts)-2])
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		// rmdir fails on a cgroup that still has processes: nothing is killed.
+		if err := os.Remove(filepath.Join(h.Dir, name)); err == nil {
+			klog.InfoS("Removed a stale QEMU device cgroup", "cgroup", name)
+		}
+	}
+}
 
 // DeviceCgroup is the cgroup confining QEMU's devices, or "" when the
 // launcher runs without it (Config.NoDeviceCgroup).

@@ -458,6 +458,9 @@ func TestKilledLauncherTakesQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	// The killed launcher could not remove QEMU's device cgroup; the next
+	// launcher does (see TestStaleDeviceCgroupsAreRemoved).
+	t.Cleanup(removeStaleDeviceCgroups)
 	gone := time.Now().Add(10 * time.Second)
 	for alive(pid) {
 		if time.Now().After(gone) {
