@@ -459,8 +459,24 @@ func TestKilledLauncherTakesQEMU(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	// The killed launcher could not remove QEMU's device cgroup; the next
-	// launcher does (see TestStaleDeviceCgroupsAreRemoved).
-	t.Cleanup(removeStaleDeviceCgroups)
+	// launcher does (see TestStaleDeviceCgroupsAreRemoved) once the dead
+	// QEMU has been reaped and the group is empty.
+	launcherPID := cmd.Process.Pid
+	t.Cleanup(func() {
+		left := func() []string {
+			m, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/%s*-%d-*", deviceCgroupPrefix, launcherPID))
+			m2, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/%s*-%d-*", deviceCgroupPrefix, launcherPID))
+			return append(m, m2...)
+		}
+		until := time.Now().Add(10 * time.Second)
+		for removeStaleDeviceCgroups(); len(left()) > 0; removeStaleDeviceCgroups() {
+			if time.Now().After(until) {
+				t.Errorf("stale device cgroups left: %v", left())
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	gone := time.Now().Add(10 * time.Second)
 	for alive(pid) {
 		if time.Now().After(gone) {
