@@ -11,7 +11,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -X main.version=$(VERSION)
 COMMANDS   := $(notdir $(wildcard cmd/*))
 
-.PHONY: build deps generate verify-generated lint test unit integration testguest k8s demo bench clean
+.PHONY: build deps generate verify-generated lint test unit testguest k8s demo bench clean
 
 ## build: every binary into _out/bin
 build:
@@ -41,9 +41,9 @@ lint: deps
 testguest: deps
 	@bash hack/testguest/build.sh
 
-## k8s: etcd, kube-apiserver, kubectl built from the Go module proxy (_out/k8s/bin)
+## k8s: etcd, kube-apiserver, kubectl, kube-controller-manager built from the Go module proxy (_out/k8s/bin)
 k8s: deps
-	@bash hack/k8s/build.sh
+	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager
 
 ## test: lint, generated-file check, and every test suite (unit, QEMU, cluster)
 test: lint verify-generated testguest k8s

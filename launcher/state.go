@@ -25,21 +25,20 @@ type Reason string
 
 // Reasons.
 const (
-	ReasonBooted         Reason = "Booted"
-	ReasonUnpaused       Reason = "Unpaused"
-	ReasonStartPaused    Reason = "StartStrategyPaused"
-	ReasonUser           Reason = "User"          // paused by a request
-	ReasonIOError        Reason = "IOError"       // paused by QEMU on a disk error
-	ReasonMigration      Reason = "Migration"     // paused for or by migration
-	ReasonACPI           Reason = "ACPIPowerdown" // power button pressed
-	ReasonGuestShutdown  Reason = "GuestShutdown" // the guest powered off
-	ReasonHostRequest    Reason = "HostRequest"   // quit or kill by the launcher
-	ReasonCrashed        Reason = "Crashed"       // QEMU ended on its own, not by a guest power-off
-	ReasonFailedToStart  Reason = "FailedToStart"
-	ReasonGuestPanicked  Reason = "GuestPanicked"
-	ReasonGuestReset     Reason = "GuestReset"
-	ReasonUnknownPause   Reason = "Unknown"
-	ReasonMigrationEnded Reason = "MigrationEnded"
+	ReasonBooted        Reason = "Booted"
+	ReasonUnpaused      Reason = "Unpaused"
+	ReasonStartPaused   Reason = "StartStrategyPaused"
+	ReasonUser          Reason = "User"          // paused by a request
+	ReasonIOError       Reason = "IOError"       // paused by QEMU on a disk error
+	ReasonMigration     Reason = "Migration"     // paused for or by migration
+	ReasonACPI          Reason = "ACPIPowerdown" // power button pressed
+	ReasonGuestShutdown Reason = "GuestShutdown" // the guest powered off
+	ReasonHostRequest   Reason = "HostRequest"   // quit or kill by the launcher
+	ReasonCrashed       Reason = "Crashed"       // QEMU ended on its own, not by a guest power-off
+	ReasonFailedToStart Reason = "FailedToStart"
+	ReasonGuestPanicked Reason = "GuestPanicked"
+	ReasonGuestReset    Reason = "GuestReset"
+	ReasonUnknownPause  Reason = "Unknown"
 )
 
 // Domain is a snapshot of the domain's state.

@@ -38,10 +38,10 @@ func TestMain(m *testing.M) {
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("this test needs root to make cgroups (make test runs as root)")
 	}
 	if _, err := Self(); err != nil {
-		t.Skip(err)
+		t.Fatalf("kemu needs a cgroup2 hierarchy: %v", err)
 	}
 }
 
@@ -94,7 +94,7 @@ func devices(t *testing.T) (mem, loop string) {
 	}
 	out, err := exec.Command("losetup", "-f", "--show", img).CombinedOutput()
 	if err != nil {
-		t.Skipf("losetup: %v: %s", err, out)
+		t.Fatalf("losetup: %v: %s", err, out)
 	}
 	loop = strings.TrimSpace(string(out))
 	t.Cleanup(func() {

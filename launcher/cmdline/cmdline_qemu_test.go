@@ -105,7 +105,7 @@ func (e *qemuEnv) kernel(testing.TB) *KernelBoot {
 func (e *qemuEnv) efiVars(t testing.TB, secure bool) string {
 	_, vars, err := FindOVMF().Pick(secure)
 	if err != nil {
-		t.Skip(err)
+		t.Fatalf("%v (hack/install-deps.sh installs ovmf)", err)
 	}
 	b, err := os.ReadFile(vars)
 	if err != nil {
@@ -131,7 +131,7 @@ func (e *qemuEnv) taps(t testing.TB, n int) []int {
 	for range n {
 		f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
 		if err != nil {
-			t.Skipf("no taps here: %v", err)
+			t.Fatalf("opening /dev/net/tun: %v", err)
 		}
 		var ifr [40]byte
 		copy(ifr[:15], name)
@@ -142,7 +142,7 @@ func (e *qemuEnv) taps(t testing.TB, n int) []int {
 		*(*uint16)(unsafe.Pointer(&ifr[16])) = flags
 		if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TUNSETIFF, uintptr(unsafe.Pointer(&ifr))); errno != 0 {
 			f.Close()
-			t.Skipf("TUNSETIFF %s: %v", name, errno)
+			t.Fatalf("TUNSETIFF %s (needs root): %v", name, errno)
 		}
 		fds = append(fds, e.inherit(f))
 	}
@@ -213,7 +213,7 @@ func startQEMU(t *testing.T, argv []string, extra []*os.File) *vm {
 
 func TestQEMU(t *testing.T) {
 	if _, err := exec.LookPath(qemuBinary); err != nil {
-		t.Skip(err)
+		t.Fatalf("%v (hack/install-deps.sh installs qemu-system-x86)", err)
 	}
 	art, err := testguest.Paths()
 	if err != nil {

@@ -56,7 +56,7 @@ func TestFindOVMFIn(t *testing.T) {
 func TestFindOVMFHost(t *testing.T) {
 	o := FindOVMF()
 	if o.Code == "" {
-		t.Skip("no OVMF installed")
+		t.Fatal("no OVMF installed (hack/install-deps.sh installs ovmf)")
 	}
 	t.Logf("%+v", o)
 }

@@ -235,7 +235,7 @@ func TestGrpcurl(t *testing.T) {
 	}
 	bin := filepath.Join(root, "_out/tools/bin/grpcurl")
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("grpcurl not installed (bash hack/install-deps.sh): %v", err)
+		t.Fatalf("grpcurl not installed (bash hack/install-deps.sh): %v", err)
 	}
 	s := startServer(t, cmdserver.Options{SocketsDir: shortDir(t)})
 	run := func(args ...string) string {

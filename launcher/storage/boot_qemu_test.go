@@ -27,7 +27,7 @@ import (
 func TestBootPreparedVolumes(t *testing.T) {
 	a := artifacts(t)
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not installed")
+		t.Fatal("qemu-system-x86_64 not installed (hack/install-deps.sh installs it)")
 	}
 	dir := t.TempDir()
 	hostDisk := filepath.Join(t.TempDir(), "host", "disk.img")

@@ -162,7 +162,7 @@ func mib(m map[string]int64) map[string]string {
 func TestControllerManager(t *testing.T) {
 	bin := shared.BinDir + "/kube-controller-manager"
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("%s missing (hack/k8s/build.sh kube-controller-manager)", bin)
+		t.Fatalf("%s missing (make k8s builds it): %v", bin, err)
 	}
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		ControllerManager:       true,
