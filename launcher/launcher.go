@@ -27,10 +27,12 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/devices/kvm"
+	"github.com/kemu-dev/kemu/devices/selinux"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/images"
 	"github.com/kemu-dev/kemu/launcher/storage"
 	"github.com/kemu-dev/kemu/qmp"
+	goselinux "github.com/opencontainers/selinux/go-selinux"
 )
 
 // Timeouts of the launcher's own steps (not of the guest).
@@ -90,6 +92,7 @@ type Launcher struct {
 
 	cmd      *exec.Cmd
 	cgroup   *cgroup.Group
+	label    selinux.Label
 	exited   chan struct{}
 	exitErr  error
 	stderr   *tailBuffer
@@ -240,6 +243,9 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 	if l.argv, err = cmdline.Build(in); err != nil {
 		return fmt.Errorf("launcher: QEMU command line: %w", err)
 	}
+	if err := l.labelFiles(); err != nil {
+		return err
+	}
 	phase("prepare", t0)
 
 	t0 = time.Now()
@@ -307,8 +313,26 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		// QEMU gets the VM's SELinux label from this thread's exec label. If
+		// clearing it fails the thread stays locked, and the Go runtime
+		// discards it when this goroutine ends.
+		reset, err := l.label.SetExecForThisThread()
+		if err != nil {
+			runtime.UnlockOSThread()
+			started <- err
+			return
+		}
+		err = cmd.Start()
+		if rerr := reset(); rerr != nil {
+			err = errors.Join(err, rerr)
+		} else {
+			defer runtime.UnlockOSThread()
+		}
+		if err != nil {
+			if cmd.Process != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
 			started <- err
 			return
 		}
@@ -322,6 +346,28 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	}
 	l.state.set(func(d *Domain) { d.PID = cmd.Process.Pid })
 	klog.InfoS("QEMU started", "pid", cmd.Process.Pid, "vmi", klog.KObj(l.vmi))
+	return nil
+}
+
+// labelFiles chooses the VM's SELinux labels (selinux.ForVM: the pod's own
+// category pair in a pod, a fresh sVirt pair standalone) and labels the
+// VM's runtime directory with them. A no-op, logged once, when SELinux is
+// disabled.
+func (l *Launcher) labelFiles() error {
+	if !selinux.Enabled() {
+		return l.label.LabelTree(l.cfg.Dir) // logs that SELinux is off
+	}
+	own, err := goselinux.CurrentLabel()
+	if err != nil {
+		return fmt.Errorf("launcher: reading the launcher's SELinux label: %w", err)
+	}
+	if l.label, err = selinux.ForVM(selinux.DefaultConfig(), own, selinux.RunningLabels()); err != nil {
+		return fmt.Errorf("launcher: choosing the VM's SELinux labels: %w", err)
+	}
+	if err := l.label.LabelTree(l.cfg.Dir); err != nil {
+		return fmt.Errorf("launcher: labelling the VM's files: %w", err)
+	}
+	klog.InfoS("SELinux labels", "process", l.label.Process, "file", l.label.File)
 	return nil
 }
 
@@ -549,6 +595,14 @@ func (l *Launcher) finish() {
 			}
 		}
 		if l.cgroup != nil {
+			// QEMU has exited; anything left in its cgroup (a process it
+			// spawned outside its process group) must not outlive it.
+			if procs, err := l.cgroup.Procs(); err == nil && len(procs) > 0 {
+				klog.InfoS("Killing processes left in QEMU's cgroup", "cgroup", l.cgroup.Path(), "pids", procs)
+				if err := l.cgroup.Kill(); err != nil {
+					klog.ErrorS(err, "Killing QEMU's cgroup")
+				}
+			}
 			if err := l.cgroup.Remove(); err != nil {
 				klog.ErrorS(err, "Removing QEMU's device cgroup", "cgroup", l.cgroup.Path())
 			}
@@ -734,12 +788,29 @@ type Stats struct {
 	VCPUs   []qmp.CPUInfoFast
 	Blocks  []qmp.BlockStats
 	Balloon *qmp.BalloonInfo
+	// CPU is the CPU time QEMU's device cgroup used (all its threads), 0
+	// without the cgroup; RSS is QEMU's resident memory.
+	CPU time.Duration
+	RSS uint64
 }
 
-// Stats reads CPU, block and balloon figures over QMP.
+// Stats reads CPU, block and balloon figures over QMP, QEMU's CPU time
+// from its cgroup and its resident memory from /proc.
 func (l *Launcher) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var err error
+	if l.cgroup != nil {
+		m, err := l.cgroup.Stats()
+		if err != nil {
+			return s, err
+		}
+		if m.CPU != nil {
+			s.CPU = time.Duration(m.CPU.UsageUsec) * time.Microsecond
+		}
+	}
+	if pid := l.Domain().PID; pid > 0 {
+		s.RSS = residentBytes(pid)
+	}
 	if s.VCPUs, err = l.mon.QueryCPUsFast(ctx); err != nil {
 		return s, err
 	}
@@ -750,6 +821,23 @@ func (l *Launcher) Stats(ctx context.Context) (Stats, error) {
 		s.Balloon = &b
 	}
 	return s, nil
+}
+
+// residentBytes is the resident set size of process pid (0 if unknown).
+func residentBytes(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * uint64(os.Getpagesize())
 }
 
 // copyEFIVars gives the VM its own writable copy of the OVMF variables.

@@ -137,6 +137,9 @@ func (s *shell) stats(ctx context.Context, rest string) error {
 		return err
 	}
 	return s.emit(resp, func(w io.Writer) {
+		if resp.GetQemuCpuTimeNanos() > 0 || resp.GetQemuRssBytes() > 0 {
+			fmt.Fprintf(w, "qemu: cpu time %s, resident %s\n", time.Duration(resp.GetQemuCpuTimeNanos()), bytesString(resp.GetQemuRssBytes()))
+		}
 		for _, v := range resp.GetVcpus() {
 			fmt.Fprintf(w, "vcpu %d: thread %d, cpu time %s\n", v.GetIndex(), v.GetThreadId(), time.Duration(v.GetCpuTimeNanos()))
 		}

@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/containerd/cgroups/v3/cgroup2/stats"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,9 +21,15 @@ import (
 var RemoveTimeout = 10 * time.Second
 
 // Group is a child cgroup confined to a device allowlist.
+//
+// The cgroup itself (processes, statistics, kill, removal) is handled with
+// containerd's cgroups/v3 cgroup2 manager; the device program is kemu's own
+// (program.go), because cgroups/v3 stacks a new program on every update and
+// grants a request when any one of its access bits matches (docs/decisions.md).
 type Group struct {
 	mu      sync.Mutex
 	path    string
+	m       *cgroup2.Manager
 	dir     *os.File // O_RDONLY|O_DIRECTORY: BPF attach target and CLONE_INTO_CGROUP fd
 	allow   Allowlist
 	removed bool
@@ -55,6 +62,11 @@ func Create(parent, name string, allow Allowlist) (*Group, error) {
 		return nil, fmt.Errorf("%w: %s is not on a cgroup2 filesystem", ErrNoCgroup2, parent)
 	}
 	p := filepath.Join(parent, name)
+	m, err := manager(p)
+	if err != nil {
+		return nil, err
+	}
+	// Mkdir, not the manager's MkdirAll: the group must be new.
 	if err := os.Mkdir(p, 0o755); err != nil {
 		return nil, fmt.Errorf("creating cgroup: %w", err)
 	}
@@ -63,7 +75,7 @@ func Create(parent, name string, allow Allowlist) (*Group, error) {
 		_ = unix.Rmdir(p)
 		return nil, fmt.Errorf("opening cgroup: %w", err)
 	}
-	g := &Group{path: p, dir: dir}
+	g := &Group{path: p, m: m, dir: dir}
 	if err := g.attach(insts); err != nil {
 		dir.Close()
 		_ = unix.Rmdir(p)
@@ -195,12 +207,22 @@ func (g *Group) Remove() error {
 	deadline := time.Now().Add(RemoveTimeout)
 	wait := time.Millisecond
 	for {
-		err := unix.Rmdir(g.path)
-		if err == nil || errors.Is(err, unix.ENOENT) {
+		procs, err := g.m.Procs(true)
+		if errors.Is(err, os.ErrNotExist) {
 			break
 		}
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			return fmt.Errorf("removing cgroup %s (processes: %s): %w", g.path, g.procs(), err)
+		if err != nil {
+			return fmt.Errorf("removing cgroup %s: %w", g.path, err)
+		}
+		if len(procs) == 0 {
+			// The manager checks for tasks again and removes the directory.
+			if err := g.m.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("removing cgroup %s: %w", g.path, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("removing cgroup %s: still has processes %v after %s", g.path, procs, RemoveTimeout)
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 100*time.Millisecond)
@@ -209,12 +231,65 @@ func (g *Group) Remove() error {
 	return g.dir.Close()
 }
 
-func (g *Group) procs() string {
-	b, err := os.ReadFile(filepath.Join(g.path, "cgroup.procs"))
+// Procs lists the processes in the cgroup (and its children).
+func (g *Group) Procs() ([]int, error) {
+	ids, err := g.m.Procs(true)
 	if err != nil {
-		return err.Error()
+		return nil, fmt.Errorf("processes of cgroup %s: %w", g.path, err)
 	}
-	return strings.Join(strings.Fields(string(bytes.TrimSpace(b))), " ")
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out, nil
+}
+
+// Kill sends SIGKILL to every process in the cgroup (cgroup.kill), so that
+// nothing QEMU may have spawned outlives it.
+func (g *Group) Kill() error {
+	if err := g.m.Kill(); err != nil {
+		return fmt.Errorf("killing cgroup %s: %w", g.path, err)
+	}
+	return nil
+}
+
+// Stats reads the cgroup's CPU, memory, pids and I/O figures (those of the
+// controllers enabled for it; on a hybrid host often only CPU usage).
+func (g *Group) Stats() (*stats.Metrics, error) {
+	m, err := g.m.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatPids | cgroup2.StatIO)
+	if err != nil {
+		return nil, fmt.Errorf("statistics of cgroup %s: %w", g.path, err)
+	}
+	return m, nil
+}
+
+// manager returns a cgroups/v3 manager for the cgroup directory dir on the
+// cgroup2 hierarchy that contains it.
+func manager(dir string) (*cgroup2.Manager, error) {
+	mi, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer mi.Close()
+	mounts, err := ParseMountinfo(mi)
+	if err != nil {
+		return nil, err
+	}
+	best := ""
+	for _, m := range mounts {
+		if rel, ok := within(m.Mountpoint, dir); ok && rel != "/" && len(m.Mountpoint) > len(best) {
+			best = m.Mountpoint
+		}
+	}
+	if best == "" {
+		return nil, fmt.Errorf("%w: %s is below no cgroup2 mount point", ErrNoCgroup2, dir)
+	}
+	rel, _ := within(best, dir)
+	m, err := cgroup2.Load(rel, cgroup2.WithMountpoint(best))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	return m, nil
 }
 
 // programs lists the IDs of the device programs attached to the cgroup.

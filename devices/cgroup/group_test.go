@@ -312,3 +312,43 @@ func TestCreateErrors(t *testing.T) {
 		t.Errorf("parent on tmpfs/ext4: %v", err)
 	}
 }
+
+func TestProcsStatsKill(t *testing.T) {
+	needRoot(t)
+	g, err := Create("", fmt.Sprintf("kemu-test-%d-kill", os.Getpid()), Allowlist{Null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Remove() })
+	fd, _ := g.FD()
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	procs, err := g.Procs()
+	if err != nil || len(procs) != 1 || procs[0] != cmd.Process.Pid {
+		t.Fatalf("Procs = %v, %v; want [%d]", procs, err, cmd.Process.Pid)
+	}
+	st, err := g.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CPU == nil || st.CPU.UsageUsec == 0 {
+		t.Errorf("CPU usage of a process that ran exec: %+v", st.CPU)
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("after Kill: %v, want SIGKILL", err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cgroup directory left: %v", err)
+	}
+}

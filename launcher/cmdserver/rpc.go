@@ -345,6 +345,7 @@ func (s *Server) GetStats(ctx context.Context, _ *rpc.Empty) (*rpc.StatsResponse
 	if st.Balloon != nil {
 		out.BalloonActualBytes = st.Balloon.Actual
 	}
+	out.QemuCpuTimeNanos, out.QemuRssBytes = st.CPU.Nanoseconds(), int64(st.RSS)
 	return out, nil
 }
 

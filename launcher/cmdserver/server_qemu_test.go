@@ -305,6 +305,10 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if len(st.Vcpus) != 1 || st.Vcpus[0].ThreadId <= 0 || st.Vcpus[0].CpuTimeNanos <= 0 || len(st.Blocks) == 0 || st.BalloonActualBytes != 256<<20 {
 		t.Errorf("stats: %v", st)
 	}
+	// QEMU's cgroup counts every thread, the vCPU's among them.
+	if st.QemuCpuTimeNanos < st.Vcpus[0].GetCpuTimeNanos() || st.QemuRssBytes < 32<<20 {
+		t.Errorf("QEMU's CPU time %d ns (vCPU %d ns), RSS %d bytes", st.QemuCpuTimeNanos, st.Vcpus[0].GetCpuTimeNanos(), st.QemuRssBytes)
+	}
 
 	// 20 concurrent clients.
 	var wg sync.WaitGroup

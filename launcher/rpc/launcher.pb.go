@@ -724,8 +724,12 @@ type StatsResponse struct {
 	Vcpus              []*VCPU                `protobuf:"bytes,1,rep,name=vcpus,proto3" json:"vcpus,omitempty"`
 	Blocks             []*BlockStat           `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	BalloonActualBytes int64                  `protobuf:"varint,3,opt,name=balloon_actual_bytes,json=balloonActualBytes,proto3" json:"balloon_actual_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// CPU time of all of QEMU's threads, from its cgroup (0 without one).
+	QemuCpuTimeNanos int64 `protobuf:"varint,4,opt,name=qemu_cpu_time_nanos,json=qemuCpuTimeNanos,proto3" json:"qemu_cpu_time_nanos,omitempty"`
+	// QEMU's resident memory.
+	QemuRssBytes  int64 `protobuf:"varint,5,opt,name=qemu_rss_bytes,json=qemuRssBytes,proto3" json:"qemu_rss_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -775,6 +779,20 @@ func (x *StatsResponse) GetBlocks() []*BlockStat {
 func (x *StatsResponse) GetBalloonActualBytes() int64 {
 	if x != nil {
 		return x.BalloonActualBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetQemuCpuTimeNanos() int64 {
+	if x != nil {
+		return x.QemuCpuTimeNanos
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetQemuRssBytes() int64 {
+	if x != nil {
+		return x.QemuRssBytes
 	}
 	return 0
 }
@@ -1427,11 +1445,13 @@ const file_launcher_proto_rawDesc = "" +
 	"\brd_bytes\x18\x03 \x01(\x03R\ardBytes\x12\x19\n" +
 	"\bwr_bytes\x18\x04 \x01(\x03R\awrBytes\x12#\n" +
 	"\rrd_operations\x18\x05 \x01(\x03R\frdOperations\x12#\n" +
-	"\rwr_operations\x18\x06 \x01(\x03R\fwrOperations\"\xa4\x01\n" +
+	"\rwr_operations\x18\x06 \x01(\x03R\fwrOperations\"\xf9\x01\n" +
 	"\rStatsResponse\x12,\n" +
 	"\x05vcpus\x18\x01 \x03(\v2\x16.kemu.launcher.v1.VCPUR\x05vcpus\x123\n" +
 	"\x06blocks\x18\x02 \x03(\v2\x1b.kemu.launcher.v1.BlockStatR\x06blocks\x120\n" +
-	"\x14balloon_actual_bytes\x18\x03 \x01(\x03R\x12balloonActualBytes\"Y\n" +
+	"\x14balloon_actual_bytes\x18\x03 \x01(\x03R\x12balloonActualBytes\x12-\n" +
+	"\x13qemu_cpu_time_nanos\x18\x04 \x01(\x03R\x10qemuCpuTimeNanos\x12$\n" +
+	"\x0eqemu_rss_bytes\x18\x05 \x01(\x03R\fqemuRssBytes\"Y\n" +
 	"\x0eGuestInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
