@@ -66,3 +66,13 @@ func (m *Manager) Stop() error {
 	m.cancel = nil
 	return errors.Join(m.errs...)
 }
+
+// Registered reports whether every plugin is registered with the kubelet.
+func (m *Manager) Registered() bool {
+	for _, p := range m.Plugins {
+		if !p.Registered() {
+			return false
+		}
+	}
+	return len(m.Plugins) > 0
+}

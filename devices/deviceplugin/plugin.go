@@ -87,11 +87,12 @@ type Plugin struct {
 	// (default 1 s).
 	WatchInterval time.Duration
 
-	mu      sync.Mutex
-	healthy bool
-	changed chan struct{} // closed and replaced when healthy changes
-	checkc  chan struct{} // Check's trigger
-	running bool
+	mu         sync.Mutex
+	healthy    bool
+	registered bool          // with the kubelet whose socket is present now
+	changed    chan struct{} // closed and replaced when healthy changes
+	checkc     chan struct{} // Check's trigger
+	running    bool
 }
 
 // Tun is the plugin for /dev/net/tun (devices.kemu.dev/tun), healthy while
@@ -313,7 +314,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		p.running, p.checkc = false, nil
+		p.running, p.checkc, p.registered = false, nil, false
 		p.mu.Unlock()
 	}()
 
@@ -364,12 +365,27 @@ func (p *Plugin) Run(ctx context.Context) error {
 				}
 			}
 		}
+		p.setRegistered(srv != nil && !registered.zero())
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
 	}
+}
+
+// Registered reports whether the plugin is serving and registered with the
+// kubelet whose socket is present now.
+func (p *Plugin) Registered() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.registered
+}
+
+func (p *Plugin) setRegistered(r bool) {
+	p.mu.Lock()
+	p.registered = r
+	p.mu.Unlock()
 }
 
 func (p *Plugin) healthLoop(ctx context.Context) {

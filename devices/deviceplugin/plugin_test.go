@@ -256,6 +256,7 @@ func TestKubeletRestart(t *testing.T) {
 	p := testPlugin(dir, &health)
 	run(t, p)
 	r := k.waitRegister(t)
+	waitRegistered(t, p, true)
 
 	// What a kubelet restart does: the old kubelet goes, kubelet.sock and
 	// the plugin sockets are removed, a new kubelet serves a new kubelet.sock.
@@ -266,12 +267,17 @@ func TestKubeletRestart(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, r.Endpoint)); err != nil {
 		t.Fatal(err)
 	}
+	waitRegistered(t, p, false) // no kubelet.sock: registered with nobody
 	k2 := startKubelet(t, dir)
 	r2 := k2.waitRegister(t)
 	if r2.Endpoint != r.Endpoint || r2.ResourceName != r.ResourceName || r2.Version != pluginapi.Version {
 		t.Fatalf("re-Register(%v)", r2)
 	}
 	expect(t, listAndWatch(t, dial(t, dir, r2.Endpoint)), 5, pluginapi.Healthy)
+	waitRegistered(t, p, true)
+	if m := (&Manager{Plugins: []*Plugin{p}}); !m.Registered() {
+		t.Error("Manager.Registered() false with its one plugin registered")
+	}
 
 	// Only kubelet.sock recreated (plugin socket left): register again too.
 	k2.srv.Stop()
@@ -481,5 +487,16 @@ func TestManager(t *testing.T) {
 	}
 	if err := m.Stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitRegistered polls p.Registered until it is want.
+func waitRegistered(t *testing.T, p *Plugin, want bool) {
+	t.Helper()
+	for end := time.Now().Add(deadline); p.Registered() != want; {
+		if time.Now().After(end) {
+			t.Fatalf("Registered() stayed %v", !want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

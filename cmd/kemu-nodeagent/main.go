@@ -1,0 +1,158 @@
+// kemu-nodeagent is kemu's per-node agent (a DaemonSet). This version runs
+// the node's half of the device story: the kubelet device plugins for
+// /dev/kvm (only when the KVM probe booted a guest under KVM),
+// /dev/net/tun and /dev/vhost-net, and the node heartbeat — labels
+// kemu.dev/kvm and kemu.dev/schedulable (true once every plugin is
+// registered with the kubelet, false on stop) and the kemu.dev/heartbeat
+// annotation. Reconciling the VMIs on the node comes with the node agent
+// issue (#9).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kemu-dev/kemu/devices/deviceplugin"
+	"github.com/kemu-dev/kemu/devices/kvm"
+	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
+)
+
+var version = "dev"
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var (
+		nodeName, kubeconfig, kubeletRoot, pluginDir, probeKernel, probeInitrd, probeCache, qemu, healthAddr string
+		interval                                                                                            time.Duration
+		slots                                                                                               int
+	)
+	fs := flag.NewFlagSet("kemu-nodeagent", flag.ContinueOnError)
+	fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir")
+	fs.StringVar(&pluginDir, "device-plugin-dir", "", "the kubelet's device-plugin directory (default <kubelet-root>/device-plugins)")
+	fs.IntVar(&slots, "device-slots", 1000, "shareable slots advertised per device")
+	fs.StringVar(&qemu, "qemu", "qemu-system-x86_64", "QEMU binary for the KVM probe")
+	fs.StringVar(&probeKernel, "probe-kernel", "/usr/share/kemu/probe/vmlinuz", "kernel of the KVM probe guest")
+	fs.StringVar(&probeInitrd, "probe-initrd", "/usr/share/kemu/probe/initrd.img", "initramfs of the KVM probe guest")
+	fs.StringVar(&probeCache, "probe-cache", "/var/lib/kemu/kvm-probe.json", "where the KVM probe's verdict is cached")
+	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
+	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz (empty: none)")
+	klog.InitFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	defer klog.Flush()
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "kemu-nodeagent: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	if nodeName == "" {
+		fmt.Fprintln(os.Stderr, "kemu-nodeagent: --node-name (or $NODE_NAME) is required")
+		return 2
+	}
+	if slots < 1 {
+		fmt.Fprintf(os.Stderr, "kemu-nodeagent: --device-slots %d: must be at least 1\n", slots)
+		return 2
+	}
+	if pluginDir == "" {
+		pluginDir = filepath.Join(kubeletRoot, "device-plugins")
+	}
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		klog.ErrorS(err, "Kubernetes client configuration")
+		return 2
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		klog.ErrorS(err, "Kubernetes client")
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir)
+
+	// The probe runs once per process (its verdict is also cached on disk
+	// with the kernel and QEMU versions); plugins and heartbeat share it.
+	probe := sync.OnceValue(func() bool {
+		v := kvm.Probe(ctx, kvm.Options{QEMU: qemu, Kernel: probeKernel, Initrd: probeInitrd, CacheFile: probeCache})
+		klog.InfoS("KVM probe", "usable", v.Usable, "reason", v.Reason, "cached", v.Cached)
+		return v.Usable
+	})
+	plugins := &deviceplugin.Manager{Plugins: []*deviceplugin.Plugin{
+		deviceplugin.KVM(pluginDir, probe), deviceplugin.Tun(pluginDir), deviceplugin.VhostNet(pluginDir),
+	}}
+	for _, p := range plugins.Plugins {
+		p.Slots = slots
+	}
+	if err := plugins.Start(ctx); err != nil {
+		klog.ErrorS(err, "Device plugins")
+		return 2
+	}
+	if healthAddr != "" {
+		if err := serveHealth(ctx, healthAddr, plugins); err != nil {
+			klog.ErrorS(err, "Health endpoint")
+			_ = plugins.Stop()
+			return 1
+		}
+	}
+	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
+		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Registered})
+	err = errors.Join(hbErr, plugins.Stop())
+	if err != nil {
+		klog.ErrorS(err, "kemu-nodeagent stopped with errors")
+		return 1
+	}
+	klog.InfoS("kemu-nodeagent stopped")
+	return 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+// serveHealth answers /healthz: 200 once every device plugin is registered
+// with the kubelet, 503 before.
+func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !plugins.Registered() {
+			http.Error(w, "device plugins not registered with the kubelet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return nil
+}

@@ -1,0 +1,136 @@
+// Package heartbeat keeps a node's kemu labels and heartbeat annotation up
+// to date: kemu.dev/schedulable (true while the node agent runs and its
+// device plugins are registered, false when it stops), kemu.dev/kvm (the
+// KVM probe's verdict) and kemu.dev/heartbeat (a timestamp, refreshed every
+// interval with jitter), which the node controller checks for staleness.
+package heartbeat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// Defaults.
+const (
+	DefaultInterval = time.Minute
+	DefaultJitter   = 0.2 // up to 20% added to each interval
+	// stopTimeout bounds the last patch (schedulable=false) after the
+	// context ended.
+	stopTimeout = 10 * time.Second
+)
+
+// Config says which node to beat for and how.
+type Config struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// Interval between heartbeats (default DefaultInterval) and the jitter
+	// factor added to each (default DefaultJitter; negative = none).
+	Interval time.Duration
+	Jitter   float64
+	// KVM reports whether KVM runs guests on this node (the probe's
+	// verdict). Required.
+	KVM func(ctx context.Context) bool
+	// Ready reports whether the node can run VMs (device plugins
+	// registered). nil means always.
+	Ready func() bool
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) defaults() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("heartbeat: no Kubernetes client"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("heartbeat: no node name"))
+	}
+	if c.KVM == nil {
+		errs = append(errs, errors.New("heartbeat: no KVM probe"))
+	}
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Jitter == 0 {
+		c.Jitter = DefaultJitter
+	}
+	if c.Jitter < 0 {
+		c.Jitter = 0
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return errors.Join(errs...)
+}
+
+// Beat writes one heartbeat: the labels and the timestamp.
+func Beat(ctx context.Context, c Config) error {
+	if err := c.defaults(); err != nil {
+		return err
+	}
+	ready := c.Ready == nil || c.Ready()
+	return patch(ctx, c, map[string]string{
+		v1.NodeSchedulableLabel: strconv.FormatBool(ready),
+		v1.NodeKVMLabel:         strconv.FormatBool(c.KVM(ctx)),
+	}, c.Now().UTC().Format(time.RFC3339))
+}
+
+// Run beats until ctx ends, then marks the node unschedulable. A failed
+// beat is logged and retried at the next interval; Run returns the error
+// of the final patch.
+func Run(ctx context.Context, c Config) error {
+	if err := c.defaults(); err != nil {
+		return err
+	}
+	klog.InfoS("Heartbeat started", "node", c.NodeName, "interval", c.Interval)
+	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+		if err := Beat(ctx, c); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Heartbeat failed", "node", c.NodeName)
+		}
+	}, c.Interval, c.Jitter, true)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	if err := MarkUnschedulable(sctx, c); err != nil {
+		return err
+	}
+	klog.InfoS("Heartbeat stopped, node marked unschedulable", "node", c.NodeName)
+	return nil
+}
+
+// MarkUnschedulable sets kemu.dev/schedulable=false on the node.
+func MarkUnschedulable(ctx context.Context, c Config) error {
+	if err := c.defaults(); err != nil {
+		return err
+	}
+	return patch(ctx, c, map[string]string{v1.NodeSchedulableLabel: "false"}, "")
+}
+
+// patch merges labels (and the heartbeat annotation when not "") into the node.
+func patch(ctx context.Context, c Config, labels map[string]string, heartbeat string) error {
+	meta := map[string]any{"labels": labels}
+	if heartbeat != "" {
+		meta["annotations"] = map[string]string{v1.NodeHeartbeatAnnotation: heartbeat}
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	_, err = c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kemu-nodeagent"})
+	if err != nil {
+		return fmt.Errorf("heartbeat: patching node %s: %w", c.NodeName, err)
+	}
+	return nil
+}
