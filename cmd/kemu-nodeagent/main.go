@@ -39,8 +39,8 @@ func main() { os.Exit(run()) }
 func run() int {
 	var (
 		nodeName, kubeconfig, kubeletRoot, pluginDir, probeKernel, probeInitrd, probeCache, qemu, healthAddr string
-		interval                                                                                            time.Duration
-		slots                                                                                               int
+		interval                                                                                             time.Duration
+		slots                                                                                                int
 	)
 	fs := flag.NewFlagSet("kemu-nodeagent", flag.ContinueOnError)
 	fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
