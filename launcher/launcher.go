@@ -344,7 +344,12 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	if err := <-started; err != nil {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
 	}
-	l.state.set(func(d *Domain) { d.PID = cmd.Process.Pid })
+	l.state.set(func(d *Domain) {
+		d.PID, d.SELinuxContext = cmd.Process.Pid, l.label.Process
+		if l.cgroup != nil {
+			d.DeviceCgroup = l.cgroup.Path()
+		}
+	})
 	klog.InfoS("QEMU started", "pid", cmd.Process.Pid, "vmi", klog.KObj(l.vmi))
 	return nil
 }

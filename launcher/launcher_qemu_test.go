@@ -189,6 +189,9 @@ func TestDiskBootDevicesPauseAgentShutdown(t *testing.T) {
 	if cg == "" {
 		t.Fatal("QEMU has no device cgroup")
 	}
+	if d := v.l.Domain(); d.DeviceCgroup != cg || d.SELinuxContext != "" {
+		t.Errorf("domain reports device cgroup %q (want %s), SELinux context %q (SELinux is off here)", d.DeviceCgroup, cg, d.SELinuxContext)
+	}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", v.l.Domain().PID)); err != nil || !strings.Contains(string(b), "/"+filepath.Base(cg)+"\n") {
 		t.Errorf("QEMU's /proc/pid/cgroup %q does not name %s (%v)", b, cg, err)
 	}
@@ -358,6 +361,40 @@ spec:
 	}
 	if _, err := os.Stat(cfg.Dir); !os.IsNotExist(err) {
 		t.Errorf("runtime dir left: %v", err)
+	}
+}
+
+// With the explicit opt-out QEMU runs in the launcher's own cgroup and the
+// domain says it is not confined (the node agent turns that into the
+// DevicesConfined=False condition).
+func TestNoDeviceCgroupOptOut(t *testing.T) {
+	vmi := parseVMI(t, `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: unconfined}
+spec:
+  startStrategy: Paused
+  domain:
+    memory: {guest: 128Mi}
+    devices:
+      autoattachPodInterface: false
+      disks: [{name: root, disk: {bus: virtio}}]
+  volumes:
+  - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
+`)
+	cfg := newConfig(t, vmi)
+	cfg.NoDeviceCgroup = true
+	v := start(t, cfg)
+	d := v.l.Domain()
+	if d.DeviceCgroup != "" || v.l.DeviceCgroup() != "" {
+		t.Fatalf("opted out, yet device cgroup %q", d.DeviceCgroup)
+	}
+	own, _ := os.ReadFile("/proc/self/cgroup")
+	qemu, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", d.PID))
+	if err != nil || string(qemu) != string(own) {
+		t.Errorf("QEMU's cgroups %q, the launcher's %q (%v)", qemu, own, err)
+	}
+	if _, err := v.l.Kill(ctxFor(t, stepTimeout)); err != nil {
+		t.Fatal(err)
 	}
 }
 

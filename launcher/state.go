@@ -57,6 +57,12 @@ type Domain struct {
 	PID int
 	// AgentConnected says whether the guest agent answers.
 	AgentConnected bool
+	// DeviceCgroup is QEMU's device cgroup, "" when it runs without the
+	// device allowlist (Config.NoDeviceCgroup).
+	DeviceCgroup string
+	// SELinuxContext is QEMU's SELinux process label, "" when SELinux is
+	// disabled.
+	SELinuxContext string
 }
 
 func (d Domain) String() string {

@@ -648,6 +648,10 @@ type VirtualMachineInstanceStatus struct {
 	// QOSClass of the launcher Pod.
 	// +optional
 	QOSClass *corev1.PodQOSClass `json:"qosClass,omitempty"`
+	// SelinuxContext is QEMU's SELinux process label, "none" when SELinux
+	// is disabled on the node.
+	// +optional
+	SelinuxContext string `json:"selinuxContext,omitempty"`
 }
 
 // VirtualMachineInstancePhaseTransitionTimestamp records a phase change.
@@ -669,6 +673,10 @@ const (
 	VirtualMachineInstanceIsMigratable      VirtualMachineInstanceConditionType = "LiveMigratable"
 	VirtualMachineInstanceSoftwareEmulation VirtualMachineInstanceConditionType = "SoftwareEmulation"
 	VirtualMachineInstanceSynchronized      VirtualMachineInstanceConditionType = "Synchronized"
+	// VirtualMachineInstanceDevicesConfined (kemu addition) is True while
+	// QEMU runs under its cgroup v2 device allowlist and False, reason
+	// NoDeviceCgroup, when the launcher was told to run without it.
+	VirtualMachineInstanceDevicesConfined VirtualMachineInstanceConditionType = "DevicesConfined"
 )
 
 // VirtualMachineInstanceCondition is one condition of a VMI.

@@ -305,6 +305,7 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 		State: string(d.State), Reason: string(d.Reason), Message: d.Message, Seq: int64(d.Seq),
 		SinceUnixNano: unixNano(d.Since), QemuPid: int32(d.PID), QemuVersion: s.qemuVer,
 		Accelerator: d.Accel, AgentConnected: d.AgentConnected, StartedUnixNano: unixNano(s.startedAt),
+		DeviceCgroup: d.DeviceCgroup, SelinuxContext: d.SELinuxContext,
 	}
 	if s.vmi != nil {
 		out.VmiUid = string(s.vmi.UID)

@@ -405,8 +405,12 @@ type Domain struct {
 	ExitCode        int32  `protobuf:"varint,11,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	StartedUnixNano int64  `protobuf:"varint,12,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	VmiUid          string `protobuf:"bytes,13,opt,name=vmi_uid,json=vmiUid,proto3" json:"vmi_uid,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// QEMU's device cgroup; empty when it runs without the device allowlist.
+	DeviceCgroup string `protobuf:"bytes,14,opt,name=device_cgroup,json=deviceCgroup,proto3" json:"device_cgroup,omitempty"`
+	// QEMU's SELinux process label; empty when SELinux is disabled.
+	SelinuxContext string `protobuf:"bytes,15,opt,name=selinux_context,json=selinuxContext,proto3" json:"selinux_context,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
@@ -526,6 +530,20 @@ func (x *Domain) GetStartedUnixNano() int64 {
 func (x *Domain) GetVmiUid() string {
 	if x != nil {
 		return x.VmiUid
+	}
+	return ""
+}
+
+func (x *Domain) GetDeviceCgroup() string {
+	if x != nil {
+		return x.DeviceCgroup
+	}
+	return ""
+}
+
+func (x *Domain) GetSelinuxContext() string {
+	if x != nil {
+		return x.SelinuxContext
 	}
 	return ""
 }
@@ -1417,7 +1435,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\x8d\x03\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xdb\x03\n" +
 	"\x06Domain\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -1432,7 +1450,9 @@ const file_launcher_proto_rawDesc = "" +
 	" \x01(\bR\x06exited\x12\x1b\n" +
 	"\texit_code\x18\v \x01(\x05R\bexitCode\x12*\n" +
 	"\x11started_unix_nano\x18\f \x01(\x03R\x0fstartedUnixNano\x12\x17\n" +
-	"\avmi_uid\x18\r \x01(\tR\x06vmiUid\"B\n" +
+	"\avmi_uid\x18\r \x01(\tR\x06vmiUid\x12#\n" +
+	"\rdevice_cgroup\x18\x0e \x01(\tR\fdeviceCgroup\x12'\n" +
+	"\x0fselinux_context\x18\x0f \x01(\tR\x0eselinuxContext\"B\n" +
 	"\x0eDomainResponse\x120\n" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"_\n" +
 	"\x04VCPU\x12\x14\n" +
