@@ -31,6 +31,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/images"
 	"github.com/kemu-dev/kemu/launcher/storage"
+	"github.com/kemu-dev/kemu/netsetup"
 	"github.com/kemu-dev/kemu/qmp"
 	goselinux "github.com/opencontainers/selinux/go-selinux"
 )
@@ -74,6 +75,11 @@ type Config struct {
 	Hooks []func(ctx context.Context, m *qmp.Monitor) error
 	// ConsoleLogSize bounds the serial console log (default 1 MiB).
 	ConsoleLogSize int64
+	// PodNetwork, when set, wires the VMI's pod-network interfaces in that
+	// network namespace with netsetup (taps, bridge, nftables, DHCP) and
+	// hands QEMU the tap fds; NICs must then be empty. Everything it made is
+	// removed when the VM ends.
+	PodNetwork *netsetup.Options
 	// NoDeviceCgroup runs QEMU without its cgroup v2 device allowlist. Only
 	// for hosts without cgroup2 (or without the rights to use it); by
 	// default a missing cgroup2 hierarchy is an error.
@@ -89,6 +95,11 @@ type Launcher struct {
 	prepared *storage.Prepared
 	paths    cmdline.Paths
 	argv     []string
+	nics     []cmdline.NIC
+	files    []*os.File // handed to QEMU as fds 3, 4, …
+
+	net       *netsetup.Result
+	netCancel context.CancelFunc
 
 	cmd      *exec.Cmd
 	cgroup   *cgroup.Group
@@ -140,6 +151,9 @@ func New(cfg Config) (*Launcher, error) {
 	}
 	if cfg.ConsoleLogSize <= 0 {
 		cfg.ConsoleLogSize = DefaultConsoleLogSize
+	}
+	if cfg.PodNetwork != nil && len(cfg.NICs) > 0 {
+		return nil, errors.New("launcher: Config.NICs and Config.PodNetwork are exclusive")
 	}
 	return &Launcher{cfg: cfg, vmi: vmi, exited: make(chan struct{}), finished: make(chan struct{}),
 		stderr: newTailBuffer(40)}, nil
@@ -232,7 +246,10 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.cfg.NICs,
+	if err := l.network(); err != nil {
+		return err
+	}
+	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.nics,
 		Drives: map[string]cmdline.Drive{}}
 	for name, v := range l.prepared.Volumes {
 		in.Drives[name] = cmdline.Drive{Path: v.Path, Format: v.Format, ReadOnly: v.ReadOnly, Block: v.Block}
@@ -308,7 +325,7 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	}
 	cmd.Stdout = l.stderr
 	cmd.Stderr = l.stderr
-	cmd.ExtraFiles = l.cfg.ExtraFiles
+	cmd.ExtraFiles = l.files
 	cmd.Dir = l.cfg.Dir
 	started := make(chan error, 1)
 	go func() {
@@ -354,6 +371,49 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	return nil
 }
 
+// network decides the guest's NICs: the configured ones, or those netsetup
+// wires on the pod network (Config.PodNetwork). The DHCP servers live until
+// finish tears the network down.
+func (l *Launcher) network() error {
+	l.nics, l.files = l.cfg.NICs, l.cfg.ExtraFiles
+	if l.cfg.PodNetwork == nil {
+		return nil
+	}
+	plan, errs := netsetup.NewPlan(l.vmi, *l.cfg.PodNetwork)
+	if len(errs) > 0 {
+		return fmt.Errorf("launcher: pod network: %w", errs.ToAggregate())
+	}
+	var ctx context.Context
+	ctx, l.netCancel = context.WithCancel(context.Background())
+	res, err := netsetup.Setup(ctx, plan)
+	if err != nil {
+		return fmt.Errorf("launcher: pod network: %w", err)
+	}
+	l.net = res
+	l.nics = nil
+	l.files = append([]*os.File(nil), l.cfg.ExtraFiles...)
+	for _, ir := range res.Interfaces {
+		nic := cmdline.NIC{Name: ir.Name, MAC: ir.MAC, Model: ir.Model, MTU: ir.MTU}
+		for _, f := range ir.TapFDs {
+			nic.TapFDs = append(nic.TapFDs, 3+len(l.files))
+			l.files = append(l.files, f)
+		}
+		l.nics = append(l.nics, nic)
+	}
+	l.state.set(func(d *Domain) { d.Interfaces = interfacesOf(res) })
+	return nil
+}
+
+// interfacesOf is what the domain reports of the wired interfaces.
+func interfacesOf(res *netsetup.Result) []Interface {
+	var out []Interface
+	for _, ir := range res.Interfaces {
+		out = append(out, Interface{Name: ir.Name, MAC: ir.MAC, IPs: append([]string(nil), ir.IPs...),
+			GuestIP: ir.GuestIP, InfoSource: ir.InfoSource, Queues: len(ir.TapFDs)})
+	}
+	return out
+}
+
 // labelFiles chooses the VM's SELinux labels (selinux.ForVM: the pod's own
 // category pair in a pod, a fresh sVirt pair standalone) and labels the
 // VM's runtime directory with them. A no-op, logged once, when SELinux is
@@ -386,7 +446,10 @@ func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 			blocks = append(blocks, v.Path)
 		}
 	}
-	taps := len(l.cfg.ExtraFiles) > 0
+	taps := false
+	for _, n := range l.nics {
+		taps = taps || len(n.TapFDs) > 0
+	}
 	allow, err := cgroup.Default(accel == "kvm", taps, vhostNet && taps, blocks...)
 	if err != nil {
 		return 0, fmt.Errorf("launcher: device allowlist: %w", err)
@@ -593,6 +656,16 @@ func (l *Launcher) finish() {
 		}
 		if l.con != nil {
 			l.con.close()
+		}
+		if l.net != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := l.net.Teardown(ctx); err != nil {
+				klog.ErrorS(err, "Removing the VM's pod network wiring")
+			}
+			cancel()
+		}
+		if l.netCancel != nil {
+			l.netCancel()
 		}
 		if l.prepared != nil {
 			if err := l.prepared.Cleanup(); err != nil {

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -63,6 +64,18 @@ type Domain struct {
 	// SELinuxContext is QEMU's SELinux process label, "" when SELinux is
 	// disabled.
 	SELinuxContext string
+	// Interfaces are the guest's NICs wired on the pod network.
+	Interfaces []Interface
+}
+
+// Interface is one guest NIC on the pod network, for VMI status.interfaces.
+type Interface struct {
+	Name       string   // the VMI interface name
+	MAC        string   // the guest's MAC
+	IPs        []string // where the cluster reaches the VM (the pod IPs)
+	GuestIP    string   // the address the guest leases, e.g. 10.0.2.2/24
+	InfoSource string   // "domain"
+	Queues     int
 }
 
 func (d Domain) String() string {
@@ -122,7 +135,9 @@ func (s *domainState) set(f func(*Domain)) Domain {
 func sameDomain(a, b Domain) bool {
 	return a.State == b.State && a.Reason == b.Reason && a.Message == b.Message && a.Accel == b.Accel &&
 		a.AgentConnected == b.AgentConnected && a.PID == b.PID &&
-		(a.ExitCode == nil) == (b.ExitCode == nil)
+		(a.ExitCode == nil) == (b.ExitCode == nil) &&
+		a.DeviceCgroup == b.DeviceCgroup && a.SELinuxContext == b.SELinuxContext &&
+		reflect.DeepEqual(a.Interfaces, b.Interfaces)
 }
 
 func (s *domainState) get() Domain {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"time"
 )
 
 // Agent is a connection to the QEMU guest agent (qemu-ga) through the
@@ -190,6 +191,28 @@ func (a *Agent) Exec(ctx context.Context, path string, args []string, input []by
 		PID int `json:"pid"`
 	}
 	return r.PID, a.Execute(ctx, "guest-exec", req, &r)
+}
+
+// Run starts path with args in the guest, output captured, and polls
+// its status until it exits or ctx ends.
+func (a *Agent) Run(ctx context.Context, path string, args []string, input []byte) (ExecStatus, error) {
+	pid, err := a.Exec(ctx, path, args, input, true)
+	if err != nil {
+		return ExecStatus{}, err
+	}
+	wait := 10 * time.Millisecond
+	for {
+		st, err := a.ExecStatus(ctx, pid)
+		if err != nil || st.Exited {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("qmp: guest-exec %s (pid %d) still running: %w", path, pid, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // ExecStatus returns the state of a process started by Exec.

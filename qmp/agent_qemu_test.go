@@ -157,26 +157,11 @@ func (vm *guestVM) powerdown(t *testing.T) {
 // for it to exit.
 func execOut(t *testing.T, ctx context.Context, a *qmp.Agent, path string, args []string, input []byte) qmp.ExecStatus {
 	t.Helper()
-	pid, err := a.Exec(ctx, path, args, input, true)
+	st, err := a.Run(ctx, path, args, input)
 	if err != nil {
 		t.Fatalf("guest-exec %s %v: %v", path, args, err)
 	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		st, err := a.ExecStatus(ctx, pid)
-		if err != nil {
-			t.Fatalf("guest-exec-status %d: %v", pid, err)
-		}
-		if st.Exited {
-			return st
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("guest-exec %s %v: not done: %v", path, args, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return st
 }
 
 func TestQEMUAgent(t *testing.T) {

@@ -127,6 +127,27 @@ func TestAgentExecDecodesOutput(t *testing.T) {
 	}
 }
 
+func TestAgentRunPollsUntilExited(t *testing.T) {
+	c, f := newFake(t)
+	a := NewAgent(c)
+	defer a.Close()
+	a.needSync = false
+	go func() {
+		req := f.recv()
+		f.send(`{"return": {"pid": 7}, "id": ` + string(req.ID) + "}\n")
+		for i := 0; i < 2; i++ { // still running twice
+			req = f.recv()
+			f.send(`{"return": {"exited": false}, "id": ` + string(req.ID) + "}\n")
+		}
+		req = f.recv()
+		f.send(`{"return": {"exited": true, "exitcode": 3, "err-data": "b29wcw=="}, "id": ` + string(req.ID) + "}\n")
+	}()
+	st, err := a.Run(ctxT(t), "/bin/false", nil, nil)
+	if err != nil || !st.Exited || st.ExitCode != 3 || string(st.Stderr) != "oops" {
+		t.Fatalf("Run: %+v %v", st, err)
+	}
+}
+
 func TestAgentClosedConnection(t *testing.T) {
 	c, f := newFake(t)
 	a := NewAgent(c)

@@ -225,6 +225,11 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 		*out = new(Rng)
 		**out = **in
 	}
+	if in.NetworkInterfaceMultiqueue != nil {
+		in, out := &in.NetworkInterfaceMultiqueue, &out.NetworkInterfaceMultiqueue
+		*out = new(bool)
+		**out = **in
+	}
 	if in.UseVirtioTransitional != nil {
 		in, out := &in.UseVirtioTransitional, &out.UseVirtioTransitional
 		*out = new(UnsupportedBool)
@@ -264,11 +269,6 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	}
 	if in.BlockMultiQueue != nil {
 		in, out := &in.BlockMultiQueue, &out.BlockMultiQueue
-		*out = new(UnsupportedBool)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.NetworkInterfaceMultiqueue != nil {
-		in, out := &in.NetworkInterfaceMultiqueue, &out.NetworkInterfaceMultiqueue
 		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}

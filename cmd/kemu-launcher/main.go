@@ -29,6 +29,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/netsetup"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,7 +42,8 @@ func run() int {
 		vmiFile, vmiJSON, socketsDir, runtimeDir, imageCache, accel, qemu, baseDir string
 		pvcRoot, secretsDir                                                        string
 		grace, qemuTimeout                                                         time.Duration
-		noDeviceCgroup                                                             bool
+		noDeviceCgroup, podNetwork                                                 bool
+		podInterface, resolvConf                                                   string
 	)
 	fs := flag.NewFlagSet("kemu-launcher", flag.ContinueOnError)
 	fs.StringVar(&vmiFile, "vmi-file", "", "the VirtualMachineInstance (JSON or YAML); none: wait for a Sync")
@@ -56,6 +58,9 @@ func run() int {
 	fs.StringVar(&accel, "accel", "", `accelerator: kvm, tcg, or "" to probe KVM`)
 	fs.DurationVar(&grace, "grace-period", 0, "graceful shutdown period (0: the VMI's terminationGracePeriodSeconds)")
 	fs.BoolVar(&noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (only for hosts without cgroup2)")
+	fs.BoolVar(&podNetwork, "pod-network", true, "wire the VMI's pod-network interfaces in this network namespace (taps, bridge, nftables, DHCP); false: the VMI must have no pod-network interface")
+	fs.StringVar(&podInterface, "pod-interface", netsetup.DefaultPodInterface, "the pod network's interface")
+	fs.StringVar(&resolvConf, "resolv-conf", netsetup.DefaultResolvConf, "DNS servers and search domains for the guest's DHCP lease")
 	fs.DurationVar(&qemuTimeout, "qemu-timeout", 5*time.Minute, "exit if no VMI arrives (Sync) within this long")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -95,10 +100,14 @@ func run() int {
 		runtimeDir = abs
 	}
 
+	var podNet *netsetup.Options
+	if podNetwork {
+		podNet = &netsetup.Options{PodInterface: podInterface, ResolvConf: resolvConf, TapUID: os.Getuid(), TapGID: os.Getgid()}
+	}
 	srv := cmdserver.New(cmdserver.Options{
 		SocketsDir: socketsDir, GracePeriod: grace, Version: version,
 		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
-			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, NoDeviceCgroup: noDeviceCgroup},
+			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
 	})
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)

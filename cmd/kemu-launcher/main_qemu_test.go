@@ -17,11 +17,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/netsetup/netsetuptest"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
 
-// --vmi-file starts the VM; the socket becomes ready; SIGTERM shuts the
-// guest down and the launcher exits 0.
+// --vmi-file starts the VM inside a pod network namespace, wiring the
+// default pod interface (masquerade); the socket becomes ready; SIGTERM
+// shuts the guest down, the launcher exits 0 and the namespace is as before.
 func TestVMIFileAndSIGTERM(t *testing.T) {
 	root, err := testguest.RepoRoot()
 	if err != nil {
@@ -41,7 +43,6 @@ spec:
   domain:
     memory: {guest: 192Mi}
     devices:
-      autoattachPodInterface: false
       disks:
       - {name: root, disk: {bus: virtio}}
   volumes:
@@ -52,7 +53,10 @@ spec:
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	sockets := filepath.Join(dir, "s")
-	cmd := exec.CommandContext(ctx, bin, "--vmi-file", vmi, "--sockets-dir", sockets,
+	pod := netsetuptest.NewPodEnv(t)
+	// nsenter changes only the network namespace (ip netns exec would also
+	// remount /sys, hiding the cgroup2 hierarchy).
+	cmd := exec.CommandContext(ctx, "nsenter", "--net="+pod.Path, bin, "--vmi-file", vmi, "--sockets-dir", sockets,
 		"--runtime-dir", filepath.Join(dir, "run"), "--image-cache", filepath.Join(dir, "cache"),
 		"--base-dir", root, "--accel", "tcg", "-v", "2")
 	var stderr bytes.Buffer
@@ -82,7 +86,14 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
+		if d := ev.GetDomain(); d != nil && d.State == "Shutoff" {
+			t.Fatalf("the VM did not start: %v", d)
+		}
 		if d := ev.GetDomain(); d != nil && d.State == "Running" {
+			if len(d.Interfaces) != 1 || d.Interfaces[0].GetName() != "default" || d.Interfaces[0].GetGuestIp() != "10.0.2.2/24" ||
+				len(d.Interfaces[0].GetIpAddresses()) != 1 || d.Interfaces[0].GetIpAddresses()[0] != netsetuptest.PodIP {
+				t.Errorf("domain interfaces %v", d.Interfaces)
+			}
 			break
 		}
 	}
@@ -103,6 +114,9 @@ spec:
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("launcher exit: %v", err)
+	}
+	if links, _ := netsetuptest.Handle(t, pod.Pod).LinkList(); len(links) != 2 {
+		t.Errorf("%d links in the pod namespace after the VM ended, want lo and eth0", len(links))
 	}
 	if !strings.Contains(stderr.String(), "reason=\"GuestShutdown\"") {
 		t.Errorf("no GuestShutdown in the log")

@@ -393,6 +393,9 @@ func standaloneNICs(vmi *v1.VirtualMachineInstance, publish []string) ([]cmdline
 	for i := range vmi.Spec.Networks {
 		nets[vmi.Spec.Networks[i].Name] = &vmi.Spec.Networks[i]
 	}
+	if mq := vmi.Spec.Domain.Devices.NetworkInterfaceMultiqueue; mq != nil && *mq && len(vmi.Spec.Domain.Devices.Interfaces) > 0 {
+		return nil, errors.New("spec.domain.devices.networkInterfaceMultiqueue: kemuctl run uses QEMU user networking, which has one queue (multiqueue needs taps: run the VMI on a cluster)")
+	}
 	var nics []cmdline.NIC
 	for i, iface := range vmi.Spec.Domain.Devices.Interfaces {
 		if iface.Masquerade == nil {

@@ -50,6 +50,15 @@ spec:
     devices: {interfaces: [{name: default, bridge: {}}]}
   networks: [{name: default, pod: {}}]
 `, "masquerade binding only"},
+		"multiqueue": {`apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: x}
+spec:
+  domain:
+    memory: {guest: 64Mi}
+    devices: {networkInterfaceMultiqueue: true, interfaces: [{name: default, masquerade: {}}]}
+  networks: [{name: default, pod: {}}]
+`, "spec.domain.devices.networkInterfaceMultiqueue"},
 		"a VM": {`apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachine
 metadata: {name: x}

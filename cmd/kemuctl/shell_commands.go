@@ -403,6 +403,24 @@ func printDomain(w io.Writer, d *rpc.Domain) {
 	if d.GetVmiUid() != "" {
 		row("vmi uid", "%s", d.GetVmiUid())
 	}
+	if d.GetDeviceCgroup() != "" {
+		row("cgroup", "%s", d.GetDeviceCgroup())
+	} else if d.GetQemuPid() != 0 {
+		row("cgroup", "none: QEMU runs without its device allowlist")
+	}
+	if d.GetSelinuxContext() != "" {
+		row("selinux", "%s", d.GetSelinuxContext())
+	}
+	for _, i := range d.GetInterfaces() {
+		desc := i.GetName() + " " + i.GetMac() + " at " + strings.Join(i.GetIpAddresses(), ",")
+		if i.GetGuestIp() != "" {
+			desc += " (guest " + i.GetGuestIp() + ")"
+		}
+		if i.GetQueues() > 1 {
+			desc += fmt.Sprintf(", %d queues", i.GetQueues())
+		}
+		row("nic", "%s", desc)
+	}
 	row("seq", "%d", d.GetSeq())
 }
 

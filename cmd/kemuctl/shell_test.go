@@ -55,7 +55,10 @@ func (f *fakeLauncher) called(call string) int {
 
 func (f *fakeLauncher) domain() *rpc.Domain {
 	d := &rpc.Domain{State: "Running", Reason: "Booted", Seq: 3, QemuPid: 4242, QemuVersion: "7.2.0",
-		Accelerator: "tcg", StartedUnixNano: time.Now().Add(-time.Minute).UnixNano(), SinceUnixNano: time.Now().UnixNano()}
+		Accelerator: "tcg", StartedUnixNano: time.Now().Add(-time.Minute).UnixNano(), SinceUnixNano: time.Now().UnixNano(),
+		DeviceCgroup: "/sys/fs/cgroup/kemu-qemu-x",
+		Interfaces: []*rpc.DomainInterface{{Name: "default", Mac: "02:00:00:00:00:01", IpAddresses: []string{"10.244.1.5"},
+			GuestIp: "10.0.2.2/24", InfoSource: "domain", Queues: 2}}}
 	if f.paused {
 		d.State, d.Reason, d.Seq = "Paused", "User", 4
 	}
@@ -231,8 +234,9 @@ func TestShellCommands(t *testing.T) {
 		calls    []string
 	}{
 		{name: "status", args: []string{"-c", "status"},
-			stdout: []string{"state:    Running (Booted)", "pid 4242, version 7.2.0, accelerator tcg", "agent:    not connected", "seq:      3"},
-			calls:  []string{"Info", "GetDomain"}},
+			stdout: []string{"state:    Running (Booted)", "pid 4242, version 7.2.0, accelerator tcg", "agent:    not connected", "seq:      3",
+				"cgroup:   /sys/fs/cgroup/kemu-qemu-x", "nic:      default 02:00:00:00:00:01 at 10.244.1.5 (guest 10.0.2.2/24), 2 queues"},
+			calls: []string{"Info", "GetDomain"}},
 		{name: "pause then status", args: []string{"-c", "pause; status"},
 			stdout: []string{"paused\n", "state:    Paused (User)"}, calls: []string{"Pause", "GetDomain"}},
 		{name: "resume", args: []string{"-c", "pause;resume;status"},

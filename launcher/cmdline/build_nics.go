@@ -52,6 +52,12 @@ func (b *builder) nics() {
 		b.claimID(id, ip+".name")
 		dev := NetDevice{Driver: driver, ID: id, Netdev: netdev, MAC: mac}
 		switch {
+		case nic.MTU < 0 || nic.MTU > 65535 || (nic.MTU > 0 && nic.MTU < 68):
+			b.fail(np+".MTU", "%d is not an MTU (68..65535)", nic.MTU)
+		case nic.MTU > 0 && virtio:
+			dev.MTU = nic.MTU
+		}
+		switch {
 		case len(nic.TapFDs) > 0 && nic.User != nil:
 			b.fail(np, "both TapFDs and User set")
 			return

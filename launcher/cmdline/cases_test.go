@@ -129,7 +129,7 @@ var cases = []testCase{
 	{name: "acpi-off", vmi: "acpi-off", boot: true},
 	{name: "acpi-off-pc", vmi: "acpi-off-pc", boot: true},
 	{name: "tap-mq-vhost", vmi: "tap-mq", vhost: true, boot: true, setup: func(t testing.TB, e env, in *Input) {
-		nic := NIC{Name: "default", TapFDs: e.taps(t, 2)}
+		nic := NIC{Name: "default", TapFDs: e.taps(t, 2), MTU: 1450}
 		if in.Facts.VhostNet {
 			nic.VhostFDs = e.vhostFDs(t, 2)
 		}

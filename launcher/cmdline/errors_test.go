@@ -165,6 +165,8 @@ func TestBuildErrors(t *testing.T) {
 			want: "Input.NICs[0].Name"},
 		{name: "NIC without backend", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default"}} },
 			want: "Input.NICs[0]", rest: "neither"},
+		{name: "bad MTU", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default", TapFDs: []int{3}, MTU: 20}} },
+			want: "Input.NICs[0].MTU", rest: "is not an MTU"},
 		{name: "multiqueue e1000", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default", TapFDs: []int{3, 4}}} },
 			want: "Input.NICs[0].TapFDs", rest: "multiqueue needs model virtio"},
 		{name: "vhost fds without vhost-net", yaml: netYAML, mod: func(in *Input) {

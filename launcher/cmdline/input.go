@@ -51,6 +51,7 @@ type NIC struct {
 	TapFDs   []int    // tap fd numbers in QEMU's process (inherited, ≥ 3); len>1 = multiqueue
 	VhostFDs []int    // vhost-net fds, one per tap fd; only when Facts.VhostNet
 	User     *UserNet // standalone mode (no taps): QEMU user networking (NAT)
+	MTU      int      // the link's MTU, told to a virtio guest (host_mtu); 0 = not told
 }
 
 // UserNet is QEMU's user-mode (slirp) network: the guest gets the second

@@ -106,6 +106,7 @@ type NetDevice struct {
 	ID, Netdev string
 	MAC        string // "" = QEMU's choice
 	Queues     int
+	MTU        int // host_mtu (virtio only); 0 = none
 }
 
 // Args implements Device.
@@ -116,6 +117,12 @@ func (n NetDevice) Args() ([]string, error) {
 			return nil, fmt.Errorf("-device %s: multiqueue needs virtio-net-pci", n.Driver)
 		}
 		o.add("mq", "on").addInt("vectors", 2*n.Queues+2)
+	}
+	if n.MTU > 0 {
+		if n.Driver != NICModels["virtio"] {
+			return nil, fmt.Errorf("-device %s: host_mtu needs virtio-net-pci", n.Driver)
+		}
+		o.addInt("host_mtu", n.MTU)
 	}
 	return o.arg("-device")
 }

@@ -307,6 +307,10 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 		Accelerator: d.Accel, AgentConnected: d.AgentConnected, StartedUnixNano: unixNano(s.startedAt),
 		DeviceCgroup: d.DeviceCgroup, SelinuxContext: d.SELinuxContext,
 	}
+	for _, i := range d.Interfaces {
+		out.Interfaces = append(out.Interfaces, &rpc.DomainInterface{Name: i.Name, Mac: i.MAC, IpAddresses: i.IPs,
+			GuestIp: i.GuestIP, InfoSource: i.InfoSource, Queues: int32(i.Queues)})
+	}
 	if s.vmi != nil {
 		out.VmiUid = string(s.vmi.UID)
 	}

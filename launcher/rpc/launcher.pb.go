@@ -409,8 +409,10 @@ type Domain struct {
 	DeviceCgroup string `protobuf:"bytes,14,opt,name=device_cgroup,json=deviceCgroup,proto3" json:"device_cgroup,omitempty"`
 	// QEMU's SELinux process label; empty when SELinux is disabled.
 	SelinuxContext string `protobuf:"bytes,15,opt,name=selinux_context,json=selinuxContext,proto3" json:"selinux_context,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The guest's NICs wired on the pod network.
+	Interfaces    []*DomainInterface `protobuf:"bytes,16,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
@@ -548,6 +550,99 @@ func (x *Domain) GetSelinuxContext() string {
 	return ""
 }
 
+func (x *Domain) GetInterfaces() []*DomainInterface {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+type DomainInterface struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mac   string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	// Where the cluster reaches the VM: the pod IPs.
+	IpAddresses []string `protobuf:"bytes,3,rep,name=ip_addresses,json=ipAddresses,proto3" json:"ip_addresses,omitempty"`
+	// The address the guest leases (masquerade), e.g. 10.0.2.2/24.
+	GuestIp       string `protobuf:"bytes,4,opt,name=guest_ip,json=guestIp,proto3" json:"guest_ip,omitempty"`
+	InfoSource    string `protobuf:"bytes,5,opt,name=info_source,json=infoSource,proto3" json:"info_source,omitempty"`
+	Queues        int32  `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DomainInterface) Reset() {
+	*x = DomainInterface{}
+	mi := &file_launcher_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DomainInterface) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DomainInterface) ProtoMessage() {}
+
+func (x *DomainInterface) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DomainInterface.ProtoReflect.Descriptor instead.
+func (*DomainInterface) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DomainInterface) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DomainInterface) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *DomainInterface) GetIpAddresses() []string {
+	if x != nil {
+		return x.IpAddresses
+	}
+	return nil
+}
+
+func (x *DomainInterface) GetGuestIp() string {
+	if x != nil {
+		return x.GuestIp
+	}
+	return ""
+}
+
+func (x *DomainInterface) GetInfoSource() string {
+	if x != nil {
+		return x.InfoSource
+	}
+	return ""
+}
+
+func (x *DomainInterface) GetQueues() int32 {
+	if x != nil {
+		return x.Queues
+	}
+	return 0
+}
+
 type DomainResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
@@ -557,7 +652,7 @@ type DomainResponse struct {
 
 func (x *DomainResponse) Reset() {
 	*x = DomainResponse{}
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +664,7 @@ func (x *DomainResponse) String() string {
 func (*DomainResponse) ProtoMessage() {}
 
 func (x *DomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +677,7 @@ func (x *DomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainResponse.ProtoReflect.Descriptor instead.
 func (*DomainResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{9}
+	return file_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DomainResponse) GetDomain() *Domain {
@@ -604,7 +699,7 @@ type VCPU struct {
 
 func (x *VCPU) Reset() {
 	*x = VCPU{}
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +711,7 @@ func (x *VCPU) String() string {
 func (*VCPU) ProtoMessage() {}
 
 func (x *VCPU) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +724,7 @@ func (x *VCPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPU.ProtoReflect.Descriptor instead.
 func (*VCPU) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{10}
+	return file_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VCPU) GetIndex() int32 {
@@ -667,7 +762,7 @@ type BlockStat struct {
 
 func (x *BlockStat) Reset() {
 	*x = BlockStat{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +774,7 @@ func (x *BlockStat) String() string {
 func (*BlockStat) ProtoMessage() {}
 
 func (x *BlockStat) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +787,7 @@ func (x *BlockStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStat.ProtoReflect.Descriptor instead.
 func (*BlockStat) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BlockStat) GetDevice() string {
@@ -752,7 +847,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +859,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +872,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatsResponse) GetVcpus() []*VCPU {
@@ -826,7 +921,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +933,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +946,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -894,7 +989,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1001,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1014,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -1010,7 +1105,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1117,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1130,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchRequest) GetFromSeq() int64 {
@@ -1065,7 +1160,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1172,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1185,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchEvent) GetEvent() isWatchEvent_Event {
@@ -1145,7 +1240,7 @@ type QmpEvent struct {
 
 func (x *QmpEvent) Reset() {
 	*x = QmpEvent{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1252,7 @@ func (x *QmpEvent) String() string {
 func (*QmpEvent) ProtoMessage() {}
 
 func (x *QmpEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1265,7 @@ func (x *QmpEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpEvent.ProtoReflect.Descriptor instead.
 func (*QmpEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QmpEvent) GetName() string {
@@ -1203,7 +1298,7 @@ type QmpRequest struct {
 
 func (x *QmpRequest) Reset() {
 	*x = QmpRequest{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1310,7 @@ func (x *QmpRequest) String() string {
 func (*QmpRequest) ProtoMessage() {}
 
 func (x *QmpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1323,7 @@ func (x *QmpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpRequest.ProtoReflect.Descriptor instead.
 func (*QmpRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QmpRequest) GetCommandJson() string {
@@ -1247,7 +1342,7 @@ type QmpResponse struct {
 
 func (x *QmpResponse) Reset() {
 	*x = QmpResponse{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1354,7 @@ func (x *QmpResponse) String() string {
 func (*QmpResponse) ProtoMessage() {}
 
 func (x *QmpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1367,7 @@ func (x *QmpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpResponse.ProtoReflect.Descriptor instead.
 func (*QmpResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QmpResponse) GetReplyJson() string {
@@ -1291,7 +1386,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1398,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1411,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ConsoleInput) GetData() []byte {
@@ -1335,7 +1430,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1442,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1455,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -1379,7 +1474,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1486,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1499,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MigrateRequest) GetUri() string {
@@ -1435,7 +1530,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xdb\x03\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\x9e\x04\n" +
 	"\x06Domain\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -1452,7 +1547,18 @@ const file_launcher_proto_rawDesc = "" +
 	"\x11started_unix_nano\x18\f \x01(\x03R\x0fstartedUnixNano\x12\x17\n" +
 	"\avmi_uid\x18\r \x01(\tR\x06vmiUid\x12#\n" +
 	"\rdevice_cgroup\x18\x0e \x01(\tR\fdeviceCgroup\x12'\n" +
-	"\x0fselinux_context\x18\x0f \x01(\tR\x0eselinuxContext\"B\n" +
+	"\x0fselinux_context\x18\x0f \x01(\tR\x0eselinuxContext\x12A\n" +
+	"\n" +
+	"interfaces\x18\x10 \x03(\v2!.kemu.launcher.v1.DomainInterfaceR\n" +
+	"interfaces\"\xae\x01\n" +
+	"\x0fDomainInterface\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
+	"\fip_addresses\x18\x03 \x03(\tR\vipAddresses\x12\x19\n" +
+	"\bguest_ip\x18\x04 \x01(\tR\aguestIp\x12\x1f\n" +
+	"\vinfo_source\x18\x05 \x01(\tR\n" +
+	"infoSource\x12\x16\n" +
+	"\x06queues\x18\x06 \x01(\x05R\x06queues\"B\n" +
 	"\x0eDomainResponse\x120\n" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"_\n" +
 	"\x04VCPU\x12\x14\n" +
@@ -1551,7 +1657,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 	return file_launcher_proto_rawDescData
 }
 
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_launcher_proto_goTypes = []any{
 	(*Empty)(nil),             // 0: kemu.launcher.v1.Empty
 	(*InfoRequest)(nil),       // 1: kemu.launcher.v1.InfoRequest
@@ -1562,72 +1668,74 @@ var file_launcher_proto_goTypes = []any{
 	(*SyncResponse)(nil),      // 6: kemu.launcher.v1.SyncResponse
 	(*ShutdownRequest)(nil),   // 7: kemu.launcher.v1.ShutdownRequest
 	(*Domain)(nil),            // 8: kemu.launcher.v1.Domain
-	(*DomainResponse)(nil),    // 9: kemu.launcher.v1.DomainResponse
-	(*VCPU)(nil),              // 10: kemu.launcher.v1.VCPU
-	(*BlockStat)(nil),         // 11: kemu.launcher.v1.BlockStat
-	(*StatsResponse)(nil),     // 12: kemu.launcher.v1.StatsResponse
-	(*GuestInterface)(nil),    // 13: kemu.launcher.v1.GuestInterface
-	(*GuestInfoResponse)(nil), // 14: kemu.launcher.v1.GuestInfoResponse
-	(*WatchRequest)(nil),      // 15: kemu.launcher.v1.WatchRequest
-	(*WatchEvent)(nil),        // 16: kemu.launcher.v1.WatchEvent
-	(*QmpEvent)(nil),          // 17: kemu.launcher.v1.QmpEvent
-	(*QmpRequest)(nil),        // 18: kemu.launcher.v1.QmpRequest
-	(*QmpResponse)(nil),       // 19: kemu.launcher.v1.QmpResponse
-	(*ConsoleInput)(nil),      // 20: kemu.launcher.v1.ConsoleInput
-	(*ConsoleOutput)(nil),     // 21: kemu.launcher.v1.ConsoleOutput
-	(*MigrateRequest)(nil),    // 22: kemu.launcher.v1.MigrateRequest
+	(*DomainInterface)(nil),   // 9: kemu.launcher.v1.DomainInterface
+	(*DomainResponse)(nil),    // 10: kemu.launcher.v1.DomainResponse
+	(*VCPU)(nil),              // 11: kemu.launcher.v1.VCPU
+	(*BlockStat)(nil),         // 12: kemu.launcher.v1.BlockStat
+	(*StatsResponse)(nil),     // 13: kemu.launcher.v1.StatsResponse
+	(*GuestInterface)(nil),    // 14: kemu.launcher.v1.GuestInterface
+	(*GuestInfoResponse)(nil), // 15: kemu.launcher.v1.GuestInfoResponse
+	(*WatchRequest)(nil),      // 16: kemu.launcher.v1.WatchRequest
+	(*WatchEvent)(nil),        // 17: kemu.launcher.v1.WatchEvent
+	(*QmpEvent)(nil),          // 18: kemu.launcher.v1.QmpEvent
+	(*QmpRequest)(nil),        // 19: kemu.launcher.v1.QmpRequest
+	(*QmpResponse)(nil),       // 20: kemu.launcher.v1.QmpResponse
+	(*ConsoleInput)(nil),      // 21: kemu.launcher.v1.ConsoleInput
+	(*ConsoleOutput)(nil),     // 22: kemu.launcher.v1.ConsoleOutput
+	(*MigrateRequest)(nil),    // 23: kemu.launcher.v1.MigrateRequest
 }
 var file_launcher_proto_depIdxs = []int32{
 	8,  // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
-	8,  // 1: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
-	10, // 2: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
-	11, // 3: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
-	13, // 4: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
-	8,  // 5: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
-	17, // 6: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	1,  // 7: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	3,  // 8: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	5,  // 9: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	0,  // 10: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	0,  // 11: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	7,  // 12: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	0,  // 13: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	0,  // 14: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	0,  // 15: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	0,  // 16: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	0,  // 17: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	0,  // 18: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	15, // 19: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	18, // 20: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	20, // 21: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	22, // 22: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	5,  // 23: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	0,  // 24: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	0,  // 25: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	2,  // 26: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	4,  // 27: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	6,  // 28: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	0,  // 29: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	0,  // 30: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	9,  // 31: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	9,  // 32: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	0,  // 33: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	9,  // 34: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	12, // 35: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	0,  // 36: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	14, // 37: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	16, // 38: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	19, // 39: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	21, // 40: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	0,  // 41: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	0,  // 42: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
-	0,  // 43: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	0,  // 44: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	26, // [26:45] is the sub-list for method output_type
-	7,  // [7:26] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	9,  // 1: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
+	8,  // 2: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
+	11, // 3: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
+	12, // 4: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
+	14, // 5: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
+	8,  // 6: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
+	18, // 7: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
+	1,  // 8: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	3,  // 9: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	5,  // 10: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	0,  // 11: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	0,  // 12: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	7,  // 13: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	0,  // 14: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	0,  // 15: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	0,  // 16: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	0,  // 17: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	0,  // 18: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	0,  // 19: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	16, // 20: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	19, // 21: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	21, // 22: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	23, // 23: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	5,  // 24: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	0,  // 25: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	0,  // 26: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	2,  // 27: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	4,  // 28: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	6,  // 29: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	0,  // 30: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	0,  // 31: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	10, // 32: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	10, // 33: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	0,  // 34: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	10, // 35: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	13, // 36: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	0,  // 37: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	15, // 38: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	17, // 39: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	20, // 40: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	22, // 41: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	0,  // 42: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	0,  // 43: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
+	0,  // 44: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	0,  // 45: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	27, // [27:46] is the sub-list for method output_type
+	8,  // [8:27] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -1635,7 +1743,7 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[16].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[17].OneofWrappers = []any{
 		(*WatchEvent_Domain)(nil),
 		(*WatchEvent_QmpEvent)(nil),
 	}
@@ -1645,7 +1753,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
