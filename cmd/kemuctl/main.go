@@ -23,7 +23,8 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand())
+	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand(),
+		newStartCommand(), newStopCommand(), newRestartCommand())
 	return root
 }
 
