@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // VirtualMachine keeps a VirtualMachineInstance running (or not) according to
@@ -127,6 +128,21 @@ type VirtualMachineStatus struct {
 	// RunStrategy in effect.
 	// +optional
 	RunStrategy VirtualMachineRunStrategy `json:"runStrategy,omitempty"`
+	// StartFailure counts consecutive VMIs that ended without ever running,
+	// and holds the next start back until retryAfterTimestamp.
+	// +optional
+	StartFailure *VirtualMachineStartFailure `json:"startFailure,omitempty"`
+}
+
+// VirtualMachineStartFailure is a VM's record of failed starts (KubeVirt's
+// status.startFailure).
+type VirtualMachineStartFailure struct {
+	// +optional
+	ConsecutiveFailCount int `json:"consecutiveFailCount,omitempty"`
+	// +optional
+	LastFailedVMIUID types.UID `json:"lastFailedVMIUID,omitempty"`
+	// +optional
+	RetryAfterTimestamp *metav1.Time `json:"retryAfterTimestamp,omitempty"`
 }
 
 // VirtualMachineConditionType names a VM condition.

@@ -1,43 +1,45 @@
 package vm
 
 import (
-	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
-// StartFailureAnnotation holds a VM's start-failure record (JSON of
-// StartFailure): what KubeVirt keeps in status.startFailure, which
-// kemu.dev/v1alpha1 does not have yet.
-const StartFailureAnnotation = "kemu.dev/start-failure"
-
 // StartFailure counts a VM's consecutive failed starts: VMIs that ended
-// without ever reaching Running.
+// without ever reaching Running. It is kept in status.startFailure.
 type StartFailure struct {
-	ConsecutiveFailCount int       `json:"consecutiveFailCount"`
-	LastFailedVMIUID     types.UID `json:"lastFailedVMIUID"`
-	// FailedAt is when the controller saw the failure; RetryAfter when it
-	// may start the VM again.
-	FailedAt   time.Time `json:"failedAt"`
-	RetryAfter time.Time `json:"retryAfter"`
+	ConsecutiveFailCount int
+	LastFailedVMIUID     types.UID
+	// RetryAfter is when the VM may start again (stored to the second).
+	RetryAfter time.Time
 }
 
 // StartFailureOf reads a VM's start-failure record; nil when it has none.
-func StartFailureOf(vm *v1.VirtualMachine) (*StartFailure, error) {
-	s, ok := vm.Annotations[StartFailureAnnotation]
-	if !ok {
-		return nil, nil
+func StartFailureOf(vm *v1.VirtualMachine) *StartFailure {
+	f := vm.Status.StartFailure
+	if f == nil {
+		return nil
 	}
-	sf := &StartFailure{}
-	if err := json.Unmarshal([]byte(s), sf); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", StartFailureAnnotation, err)
+	sf := &StartFailure{ConsecutiveFailCount: f.ConsecutiveFailCount, LastFailedVMIUID: f.LastFailedVMIUID}
+	if f.RetryAfterTimestamp != nil {
+		sf.RetryAfter = f.RetryAfterTimestamp.Time
 	}
-	return sf, nil
+	return sf
+}
+
+// apiStartFailure is sf as status.startFailure.
+func apiStartFailure(sf *StartFailure) *v1.VirtualMachineStartFailure {
+	if sf == nil {
+		return nil
+	}
+	t := metav1.NewTime(sf.RetryAfter)
+	return &v1.VirtualMachineStartFailure{ConsecutiveFailCount: sf.ConsecutiveFailCount,
+		LastFailedVMIUID: sf.LastFailedVMIUID, RetryAfterTimestamp: &t}
 }
 
 // backoff computes the wait before the n-th restart after consecutive
@@ -116,7 +118,7 @@ func nextStartFailure(rs v1.VirtualMachineRunStrategy, sf *StartFailure, vmi *v1
 	if sf != nil {
 		n = sf.ConsecutiveFailCount + 1
 	}
-	return &StartFailure{ConsecutiveFailCount: n, LastFailedVMIUID: vmi.UID, FailedAt: now, RetryAfter: now.Add(delay(n))}
+	return &StartFailure{ConsecutiveFailCount: n, LastFailedVMIUID: vmi.UID, RetryAfter: now.Add(delay(n))}
 }
 
 // remaining is how long the record still holds a start back.

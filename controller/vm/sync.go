@@ -106,12 +106,10 @@ func (c *Controller) ownVMI(ctx context.Context, vm *v1.VirtualMachine) (*v1.Vir
 func (c *Controller) reconcile(ctx context.Context, key string, vm *v1.VirtualMachine, rs v1.VirtualMachineRunStrategy,
 	vmi *v1.VirtualMachineInstance) (*v1.VirtualMachine, *syncError, error) {
 	now := c.opts.Now()
-	sf, err := StartFailureOf(vm)
-	if err != nil {
-		klog.ErrorS(err, "Ignoring a bad start-failure record", "vm", klog.KObj(vm))
-	}
+	sf := StartFailureOf(vm)
 	next := nextStartFailure(rs, sf, vmi, now, c.backoff.delayFunc())
-	if next != sf || (sf == nil && err != nil) {
+	if next != sf {
+		var err error
 		if vm, err = c.writeStartFailure(ctx, vm, next); err != nil {
 			return vm, nil, err
 		}
@@ -131,6 +129,7 @@ func (c *Controller) reconcile(ctx context.Context, key string, vm *v1.VirtualMa
 		return vm, c.createVMI(ctx, key, vm), nil
 	case actDelete:
 		if d.startAfterDelete {
+			var err error
 			if vm, err = c.addStartRequest(ctx, vm); err != nil {
 				return vm, nil, err
 			}
@@ -200,24 +199,12 @@ func (c *Controller) deleteVMI(ctx context.Context, key string, vm *v1.VirtualMa
 	return nil
 }
 
-// writeStartFailure stores (or, for nil, removes) the start-failure record.
+// writeStartFailure stores (or, for nil, removes) the start-failure record
+// in status.startFailure.
 func (c *Controller) writeStartFailure(ctx context.Context, vm *v1.VirtualMachine, sf *StartFailure) (*v1.VirtualMachine, error) {
-	var value any // JSON null removes the annotation
-	if sf != nil {
-		b, err := json.Marshal(sf)
-		if err != nil {
-			return vm, err
-		}
-		value = string(b)
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": vm.ResourceVersion,
-		"annotations":     map[string]any{StartFailureAnnotation: value},
-	}})
-	if err != nil {
-		return vm, err
-	}
-	return c.kemu.KemuV1alpha1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	upd := vm.DeepCopy()
+	upd.Status.StartFailure = apiStartFailure(sf)
+	return c.kemu.KemuV1alpha1().VirtualMachines(vm.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 }
 
 // addStartRequest queues a Start request (unless one is queued) so the VM
@@ -254,10 +241,11 @@ func (c *Controller) updateStatus(ctx context.Context, key string, vm *v1.Virtua
 			vm, rs = fresh, runStrategyOf(fresh)
 		}
 		first = false
-		sf, _ := StartFailureOf(vm)
+		sf := StartFailureOf(vm)
 		createPending, deletePending := c.expectations.pending(key)
 		st := computeStatus(statusInput{vm: vm, rs: rs, vmi: vmi, startPending: createPending,
 			stopPending: deletePending, failure: sf, syncErr: syncErr, now: metav1.NewTime(c.opts.Now())})
+		st.StartFailure = vm.Status.StartFailure // written by reconcile, kept here
 		if equality.Semantic.DeepEqual(st, vm.Status) {
 			return nil
 		}
