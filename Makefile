@@ -41,9 +41,9 @@ lint: deps
 testguest: deps
 	@bash hack/testguest/build.sh
 
-## k8s: etcd, kube-apiserver, kubectl, kube-controller-manager built from the Go module proxy (_out/k8s/bin)
+## k8s: etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet built from the Go module proxy (_out/k8s/bin)
 k8s: deps
-	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager
+	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet
 
 ## test: lint, generated-file check, and every test suite (unit, QEMU, cluster)
 test: lint verify-generated testguest k8s

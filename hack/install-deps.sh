@@ -11,6 +11,7 @@ APT_PACKAGES=(
 	syslinux syslinux-common syslinux-efi mtools dosfstools fdisk # the test guest's bootable disk, no loop mounts
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
 	protobuf-compiler                         # protoc, for the launcher's command server API
+	containerd runc containernetworking-plugins iptables # test/cluster's node (kubelet's runtime, CNI bridge)
 )
 
 # Go tools, pinned. controller-tools and code-generator generate the API.

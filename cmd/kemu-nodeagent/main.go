@@ -114,7 +114,7 @@ func run() int {
 		}
 	}
 	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
-		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Registered})
+		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready})
 	err = errors.Join(hbErr, plugins.Stop())
 	if err != nil {
 		klog.ErrorS(err, "kemu-nodeagent stopped with errors")
@@ -131,8 +131,8 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return rest.InClusterConfig()
 }
 
-// serveHealth answers /healthz: 200 once every device plugin is registered
-// with the kubelet, 503 before.
+// serveHealth answers /healthz: 200 once every device plugin of a healthy
+// device is registered with the kubelet, 503 before.
 func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -140,7 +140,7 @@ func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !plugins.Registered() {
+		if !plugins.Ready() {
 			http.Error(w, "device plugins not registered with the kubelet", http.StatusServiceUnavailable)
 			return
 		}

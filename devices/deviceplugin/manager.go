@@ -67,10 +67,12 @@ func (m *Manager) Stop() error {
 	return errors.Join(m.errs...)
 }
 
-// Registered reports whether every plugin is registered with the kubelet.
-func (m *Manager) Registered() bool {
+// Ready reports whether every plugin whose device is healthy is registered
+// with the kubelet (plugins of absent or unusable devices stay
+// unregistered and do not hold the node back).
+func (m *Manager) Ready() bool {
 	for _, p := range m.Plugins {
-		if !p.Registered() {
+		if p.Healthy() && !p.Registered() {
 			return false
 		}
 	}

@@ -353,7 +353,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 			switch {
 			case kubelet.zero():
 				registered = fileID{}
-			case kubelet != registered:
+			case kubelet != registered && p.Healthy():
+				// Only a working device is advertised: a node without usable
+				// KVM shows no devices.kemu.dev/kvm at all. One that fails
+				// after registering is reported Unhealthy.
 				if err := p.register(ctx); err != nil {
 					if ctx.Err() != nil {
 						return nil
@@ -375,7 +378,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 }
 
 // Registered reports whether the plugin is serving and registered with the
-// kubelet whose socket is present now.
+// kubelet whose socket is present now. A plugin registers only once its
+// device is healthy.
 func (p *Plugin) Registered() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

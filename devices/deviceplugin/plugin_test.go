@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -235,17 +236,41 @@ func TestHealthPolled(t *testing.T) {
 	expect(t, s, 5, pluginapi.Healthy)
 }
 
-func TestUnhealthyAtStartRegistersUnhealthy(t *testing.T) {
+func TestRegistersOnlyWhenHealthy(t *testing.T) {
 	dir := tempDir(t)
 	k := startKubelet(t, dir)
 	var health atomic.Bool
 	p := testPlugin(dir, &health)
+	m := &Manager{Plugins: []*Plugin{p}}
 	run(t, p)
-	s := listAndWatch(t, dial(t, dir, k.waitRegister(t).Endpoint))
-	expect(t, s, 5, pluginapi.Unhealthy)
+	// Unhealthy: served, but not advertised (a bounded wait of several
+	// watch intervals for a registration that must not come).
+	for end := time.Now().Add(deadline); !isSocket(p.SocketPath()); {
+		if time.Now().After(end) {
+			t.Fatal("plugin socket never appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-k.regs:
+		t.Fatalf("an unhealthy device registered: %v", r)
+	case <-time.After(5 * p.WatchInterval):
+	}
+	if p.Registered() || !m.Ready() {
+		t.Fatalf("unhealthy plugin: Registered %v, manager Ready %v; want false, true", p.Registered(), m.Ready())
+	}
 	health.Store(true)
 	p.Check()
+	s := listAndWatch(t, dial(t, dir, k.waitRegister(t).Endpoint))
 	expect(t, s, 5, pluginapi.Healthy)
+	waitRegistered(t, p, true)
+	if !m.Ready() {
+		t.Fatal("manager not Ready with its healthy plugin registered")
+	}
+	// Failing after registering: stays registered, reports Unhealthy.
+	health.Store(false)
+	p.Check()
+	expect(t, s, 5, pluginapi.Unhealthy)
 }
 
 func TestKubeletRestart(t *testing.T) {
@@ -275,8 +300,8 @@ func TestKubeletRestart(t *testing.T) {
 	}
 	expect(t, listAndWatch(t, dial(t, dir, r2.Endpoint)), 5, pluginapi.Healthy)
 	waitRegistered(t, p, true)
-	if m := (&Manager{Plugins: []*Plugin{p}}); !m.Registered() {
-		t.Error("Manager.Registered() false with its one plugin registered")
+	if m := (&Manager{Plugins: []*Plugin{p}}); !m.Ready() {
+		t.Error("Manager.Ready() false with its one plugin registered")
 	}
 
 	// Only kubelet.sock recreated (plugin socket left): register again too.
@@ -325,6 +350,7 @@ func TestStopRemovesSocket(t *testing.T) {
 	dir := tempDir(t)
 	k := startKubelet(t, dir)
 	var health atomic.Bool
+	health.Store(true)
 	p := testPlugin(dir, &health)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -365,20 +391,31 @@ func TestTunAndVhostNet(t *testing.T) {
 	k := startKubelet(t, dir)
 	run(t, tun)
 	run(t, vhost)
+	// Only working devices are advertised: vhost-net only where it exists.
 	endpoints := map[string]string{}
-	for range 2 {
+	want := map[string]string{"devices.kemu.dev/tun": "kemu-tun.sock"}
+	if vhostPresent {
+		want["devices.kemu.dev/vhost-net"] = "kemu-vhost-net.sock"
+	}
+	for range want {
 		r := k.waitRegister(t)
 		endpoints[r.ResourceName] = r.Endpoint
 	}
-	if endpoints["devices.kemu.dev/tun"] != "kemu-tun.sock" || endpoints["devices.kemu.dev/vhost-net"] != "kemu-vhost-net.sock" {
-		t.Fatalf("registered %v", endpoints)
+	if !maps.Equal(endpoints, want) {
+		t.Fatalf("registered %v, want %v", endpoints, want)
+	}
+	for end := time.Now().Add(deadline); !isSocket(vhost.SocketPath()); {
+		if time.Now().After(end) {
+			t.Fatal("vhost-net plugin socket never appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	expect(t, listAndWatch(t, dial(t, dir, "kemu-tun.sock")), 3, pluginapi.Healthy)
-	want := pluginapi.Unhealthy
+	health := pluginapi.Unhealthy
 	if vhostPresent {
-		want = pluginapi.Healthy
+		health = pluginapi.Healthy
 	}
-	expect(t, listAndWatch(t, dial(t, dir, "kemu-vhost-net.sock")), 3, want)
+	expect(t, listAndWatch(t, dial(t, dir, "kemu-vhost-net.sock")), 3, health)
 
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()

@@ -53,7 +53,25 @@ type Options struct {
 	EtcdArgs []string
 	// ControllerManagerArgs are appended to kube-controller-manager's flags.
 	ControllerManagerArgs []string
-	// StartTimeout bounds Start (in addition to ctx). Default 90s.
+	// Node also runs a single node on this machine: Debian's containerd
+	// (with runc and the CNI bridge plugin), kube-scheduler and kubelet, with
+	// the pause and busybox images imported (PauseImage, BusyboxImage). It
+	// implies ControllerManager and ServiceAccountAdmission. Needs root, the
+	// kubelet and kube-scheduler binaries (make k8s) and the packages of
+	// hack/install-deps.sh. Only one node can run per machine: Start first
+	// waits for the flock on NodeLock, which the Cluster holds until Stop.
+	Node bool
+	// NodeLock is the lock file a node holds. Default DefaultNodeLock.
+	NodeLock string
+	// NodeLockTimeout bounds the wait for another test process's node to
+	// stop; StartTimeout counts from when the lock is held. Default 30 min.
+	NodeLockTimeout time.Duration
+	// KubeletArgs are appended to the kubelet's flags.
+	KubeletArgs []string
+	// SchedulerArgs are appended to kube-scheduler's flags.
+	SchedulerArgs []string
+	// StartTimeout bounds Start (in addition to ctx). Default 90s, 3 min
+	// with a node.
 	StartTimeout time.Duration
 	// TempDir is the parent of the cluster's temp folder. Default os.TempDir().
 	TempDir string
@@ -83,11 +101,35 @@ type Cluster struct {
 	Dir string
 	// BinDir is where the binaries came from.
 	BinDir string
-	// StartupDuration is how long Start took until the apiserver was ready.
+	// StartupDuration is how long Start took until the apiserver was ready
+	// (and the Node Ready, with a node), not counting NodeLockWait.
 	StartupDuration time.Duration
+
+	// The fields below are set with Options.Node.
+
+	// NodeName is the Node's name (NodeName).
+	NodeName string
+	// KubeletRootDir is the kubelet's --root-dir: pod volumes are at
+	// <KubeletRootDir>/pods/<uid>/volumes/<plugin>/<volume>.
+	KubeletRootDir string
+	// DevicePluginDir is the kubelet's device-plugin folder, holding its
+	// registration socket kubelet.sock. The kubelet fixes it at
+	// /var/lib/kubelet/device-plugins whatever its --root-dir (Stop removes
+	// what the node created there).
+	DevicePluginDir string
+	// PodLogsDir is the kubelet's podLogsDir.
+	PodLogsDir string
+	// ContainerdSocket is the node's containerd (CRI) socket.
+	ContainerdSocket string
+	// NodeLockWait is how long Start waited for the node lock.
+	NodeLockWait time.Duration
+	// NodeStartupDuration is how long the node took from starting
+	// containerd to the Node being Ready.
+	NodeStartupDuration time.Duration
 
 	keep     bool
 	logf     func(string, ...any)
+	node     *node
 	mu       sync.Mutex
 	procs    []*process // in start order
 	stopOnce sync.Once
@@ -111,9 +153,17 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = 90 * time.Second
+		if opts.Node {
+			timeout = 3 * time.Minute
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if opts.Node {
+		opts.ControllerManager, opts.ServiceAccountAdmission = true, true
+	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
 
 	binDir, err := findBinDir(opts.BinDir)
 	if err != nil {
@@ -123,6 +173,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.ControllerManager {
 		need = append(need, "kube-controller-manager")
 	}
+	if opts.Node {
+		need = append(need, "kube-scheduler", "kubelet")
+	}
 	var missing []string
 	for _, b := range need {
 		if fi, err := os.Stat(filepath.Join(binDir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
@@ -130,13 +183,61 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("cluster: %s not found in %s: run hack/k8s/build.sh %s (or set %s to a folder holding them)",
+		return nil, fmt.Errorf("cluster: %s not found in %s: run make k8s or hack/k8s/build.sh %s (or set %s to a folder holding them)",
 			strings.Join(missing, ", "), binDir, strings.Join(missing, " "), EnvBinDir)
 	}
+
+	// A node: check the host, then wait for the machine's one node slot
+	// before the start timeout begins.
+	var nd *node
+	if opts.Node {
+		if err := checkNodePrereqs(); err != nil {
+			return nil, err
+		}
+		lockPath := opts.NodeLock
+		if lockPath == "" {
+			lockPath = DefaultNodeLock
+		}
+		lockTimeout := opts.NodeLockTimeout
+		if lockTimeout <= 0 {
+			lockTimeout = 30 * time.Minute
+		}
+		lock, waited, err := lockNode(ctx, lockPath, lockTimeout, logf)
+		if err != nil {
+			return nil, err
+		}
+		nd = &node{lock: lock, lockWait: waited}
+		// A node whose test process died without Stop left its record.
+		prev, err := loadHostState(lock)
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("cluster: node lock %s: %w", lockPath, err)
+		}
+		if prev != nil {
+			logf("cluster: cleaning up after a node of pid %d that did not stop (%s)", prev.Owner, prev.Dir)
+			if err := cleanupHost(prev); err != nil {
+				lock.Close()
+				return nil, err
+			}
+			if err := saveHostState(lock, nil); err != nil {
+				lock.Close()
+				return nil, fmt.Errorf("cluster: node lock %s: %w", lockPath, err)
+			}
+		}
+		if err := foreignKubelet(); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 
 	removeStaleDirs(opts.TempDir)
 	dir, err := os.MkdirTemp(opts.TempDir, "kemu-cluster-")
 	if err != nil {
+		if nd != nil {
+			nd.lock.Close()
+		}
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	// Marks the folder as ours so a later Start can remove it if this test
@@ -148,10 +249,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		Dir:    dir,
 		BinDir: binDir,
 		keep:   opts.KeepDir || os.Getenv(EnvKeep) == "1",
-		logf:   opts.Logf,
-	}
-	if c.logf == nil {
-		c.logf = func(string, ...any) {}
+		logf:   logf,
+		node:   nd,
 	}
 	ok := false
 	defer func() {
@@ -159,6 +258,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 		}
 	}()
+	if nd != nil {
+		c.NodeLockWait = nd.lockWait
+		nd.host = captureHost(dir)
+		if err := saveHostState(nd.lock, nd.host); err != nil {
+			return nil, fmt.Errorf("cluster: node lock: %w", err)
+		}
+	}
 
 	pk, err := writePKI(dir)
 	if err != nil {
@@ -201,7 +307,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 
-	c.StartupDuration = time.Since(t0)
+	if nd != nil {
+		if err := c.startNode(ctx, opts); err != nil {
+			return nil, err
+		}
+	}
+
+	c.StartupDuration = time.Since(t0) - c.NodeLockWait
 	c.logf("cluster: ready at %s in %s (dir %s)", c.Host, c.StartupDuration.Round(time.Millisecond), dir)
 	ok = true
 	return c, nil
@@ -321,10 +433,14 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options, pk *
 	return nil
 }
 
-// start launches a binary from BinDir, logging to <Dir>/<name>.log.
+// start launches a binary from BinDir (or bin itself when it is an absolute
+// path), logging to <Dir>/<name>.log.
 func (c *Cluster) start(name, bin string, args []string) (*process, error) {
 	env := os.Environ()
-	p, err := startProcess(name, filepath.Join(c.BinDir, bin), args, c.Dir, filepath.Join(c.Dir, name+".log"), env)
+	if !filepath.IsAbs(bin) {
+		bin = filepath.Join(c.BinDir, bin)
+	}
+	p, err := startProcess(name, bin, args, c.Dir, filepath.Join(c.Dir, name+".log"), env)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -473,8 +589,10 @@ func (c *Cluster) RSS() map[string]int64 {
 	return m
 }
 
-// Logs returns the last n lines of a process's log ("etcd", "kube-apiserver",
-// "kube-controller-manager").
+// Logs returns the last n lines (at most the last 64 KiB) of a process's log
+// ("etcd", "kube-apiserver", "kube-controller-manager"; with a node also
+// "containerd", "kube-scheduler", "kubelet" — a restarted kubelet appends to
+// its log after a "+ <command line>" line).
 func (c *Cluster) Logs(name string, n int) string {
 	return tailFile(filepath.Join(c.Dir, name+".log"), n)
 }
@@ -484,10 +602,16 @@ func (c *Cluster) Logs(name string, n int) string {
 // folder unless it is kept. Stop is idempotent.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		c.stopErr = c.stopProcesses()
+		c.stopErr = errors.Join(c.stopNode(), c.stopProcesses())
 		if c.keep {
 			_ = os.WriteFile(filepath.Join(c.Dir, keepFile), nil, 0o644)
 			c.logf("cluster: kept %s", c.Dir)
+			return
+		}
+		// Never remove through a mount (a pod volume could bind a host
+		// folder): the node cleanup has unmounted everything, or failed.
+		if m := MountsUnder(c.Dir); len(m) > 0 {
+			c.stopErr = errors.Join(c.stopErr, fmt.Errorf("cluster: %s not removed, still mounted: %v", c.Dir, m))
 			return
 		}
 		if err := os.RemoveAll(c.Dir); err != nil && c.stopErr == nil {
@@ -534,6 +658,11 @@ func removeStaleDirs(parent string) {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(d, keepFile)); err == nil {
+			continue
+		}
+		// A dead node's mounts are the next node start's to clean up
+		// (cleanupHost); never remove through them.
+		if len(MountsUnder(d)) > 0 {
 			continue
 		}
 		os.RemoveAll(d)

@@ -5,6 +5,7 @@ package cluster
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
@@ -25,3 +26,25 @@ func processAlive(pid int) bool {
 }
 
 func rssBytes(pid int) int64 { return 0 }
+
+// A node runs on Linux only (checkNodePrereqs says so); these keep the
+// package building elsewhere.
+type hostState struct {
+	Owner   int
+	Dir     string
+	Cgroups []string
+}
+
+func captureHost(dir string) *hostState          { return &hostState{Dir: dir} }
+func saveHostState(*os.File, *hostState) error   { return nil }
+func loadHostState(*os.File) (*hostState, error) { return nil, nil }
+func cleanupHost(*hostState) error               { return nil }
+func tryFlock(*os.File) (bool, error)            { return false, syscall.ENOSYS }
+func unmountUnder(string) error                  { return nil }
+
+// MountsUnder lists the mount points at or below dir (Linux only).
+func MountsUnder(string) []string { return nil }
+
+func killCgroupProcs([]string, time.Duration) error { return nil }
+
+func foreignKubelet() error { return nil }
