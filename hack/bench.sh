@@ -52,4 +52,6 @@ section qmp "QMP: query-status round trip vs a raw socket, event fan-out (real Q
 	go test -tags qemu -run '^$' -bench . -benchmem -count 3 -timeout 20m ./qmp/
 section launcher "Launcher: start latency (exec -> running, excluding guest boot) and launcher RSS with one VM" \
 	go test -tags qemu -run '^$' -bench . -benchtime 10x -timeout 20m ./launcher/
+section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, VMIs Scheduling (real etcd + kube-apiserver; restart=true replaces the controller halfway)" \
+	go test -tags cluster -run '^$' -bench BenchmarkBurst200 -benchtime 1x -timeout 20m ./controller/vmi/
 echo "[bench] figures written to $doc"

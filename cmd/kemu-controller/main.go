@@ -1,0 +1,307 @@
+// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node) under leader election (a coordination.k8s.io Lease), with
+// /healthz, /readyz and /metrics on --metrics-addr. SIGTERM/SIGINT stop the
+// controllers, release the Lease and exit 0.
+//
+// Controllers are listed in one place, controllers() below: each is built
+// with New(...) from the shared informers and run with Run(ctx, workers).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/controller"
+	"github.com/kemu-dev/kemu/controller/metrics"
+	"github.com/kemu-dev/kemu/controller/node"
+	"github.com/kemu-dev/kemu/controller/template"
+	"github.com/kemu-dev/kemu/controller/vm"
+	"github.com/kemu-dev/kemu/controller/vmi"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type options struct {
+	kubeconfig, namespace, launcherImage, launcherPullPolicy, kvm, metricsAddr string
+	leaseNamespace, leaseName, identity                                        string
+	leaderElect                                                                bool
+	leaseDuration, renewDeadline, retryPeriod, resync                          time.Duration
+	workers                                                                    int
+	qps                                                                        float64
+	burst                                                                      int
+	// listening, if set, receives the metrics server address (tests).
+	listening func(addr string)
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kemu-controller:", err)
+		return 2
+	}
+	defer klog.Flush()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := serve(ctx, o); err != nil {
+		klog.ErrorS(err, "kemu-controller failed")
+		return 1
+	}
+	klog.InfoS("kemu-controller stopped")
+	return 0
+}
+
+// parseFlags reads the flags (and klog's) into options.
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("kemu-controller", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (default: all)")
+	fs.StringVar(&o.launcherImage, "launcher-image", "", "image running kemu-launcher and holding kemu-copy (required)")
+	fs.StringVar(&o.launcherPullPolicy, "launcher-pull-policy", "", "pull policy of the launcher image (default: Kubernetes')")
+	fs.StringVar(&o.kvm, "kvm", string(vmi.KVMAuto), "when launcher Pods request devices.kemu.dev/kvm: auto, always, never")
+	fs.IntVar(&o.workers, "workers", 4, "workers per controller")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (\"0\" disables)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease")
+	fs.StringVar(&o.leaseNamespace, "leader-elect-namespace", "kemu-system", "namespace of the Lease")
+	fs.StringVar(&o.leaseName, "leader-elect-name", "kemu-controller", "name of the Lease")
+	fs.StringVar(&o.identity, "leader-elect-identity", "", "holder identity (default: hostname_<random>)")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Lease duration")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "renew deadline")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "retry period")
+	fs.DurationVar(&o.resync, "resync", 10*time.Minute, "informer resync period")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API requests per second")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "API request burst")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if o.launcherImage == "" {
+		return o, errors.New("--launcher-image is required")
+	}
+	switch vmi.KVMPolicy(o.kvm) {
+	case vmi.KVMAuto, vmi.KVMAlways, vmi.KVMNever:
+	default:
+		return o, fmt.Errorf("--kvm %q: want auto, always or never", o.kvm)
+	}
+	if o.workers < 1 {
+		return o, errors.New("--workers must be at least 1")
+	}
+	return o, nil
+}
+
+func restConfig(o options) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cfg.UserAgent = "kemu-controller/" + version
+	return cfg, nil
+}
+
+func serve(ctx context.Context, o options) error {
+	cfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kemu, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	metrics.Register()
+	var ready atomic.Bool
+	if o.metricsAddr != "0" {
+		srv, addr, err := startHTTP(o.metricsAddr, &ready)
+		if err != nil {
+			return err
+		}
+		if o.listening != nil {
+			o.listening(addr)
+		}
+		defer srv.Shutdown(context.Background()) //nolint:errcheck // best effort at exit
+	}
+
+	recorder, stopRecorder, err := controller.NewRecorder(ctx, kube, "kemu-controller")
+	if err != nil {
+		return err
+	}
+	defer stopRecorder()
+
+	runControllers := func(ctx context.Context) error {
+		inf := controller.NewInformers(kube, kemu, o.namespace, o.resync)
+		cs, err := controllers(o, kube, kemu, inf, recorder)
+		if err != nil {
+			return err
+		}
+		inf.Start(ctx)
+		defer inf.Shutdown()
+		ready.Store(true)
+		defer ready.Store(false)
+		var wg sync.WaitGroup
+		errs := make([]error, len(cs))
+		for i, c := range cs {
+			wg.Go(func() { errs[i] = c.Run(ctx, o.workers) })
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	if !o.leaderElect {
+		return runControllers(ctx)
+	}
+	return leaderElect(ctx, o, cfg, runControllers)
+}
+
+// controllers builds every controller of the process: add new ones here.
+func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface, inf *controller.Informers,
+	recorder record.EventRecorder) ([]controller.Runnable, error) {
+	tmpl := template.NewService(template.Options{LauncherImage: o.launcherImage,
+		LauncherPullPolicy: corev1.PullPolicy(o.launcherPullPolicy)})
+	vmic, err := vmi.New(vmi.Config{
+		KubeClient: kube, KemuClient: kemu,
+		VMIInformer:  inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),
+		PodInformer:  inf.LauncherPods.Core().V1().Pods(),
+		NodeInformer: inf.Kube.Core().V1().Nodes(),
+		PVCInformer:  inf.Kube.Core().V1().PersistentVolumeClaims(),
+		Template:     tmpl, Recorder: recorder, KVM: vmi.KVMPolicy(o.kvm),
+	})
+	if err != nil {
+		return nil, err
+	}
+	vmc, err := vm.New(kube, kemu, inf.Kube, inf.Kemu, recorder, vm.Options{})
+	if err != nil {
+		return nil, err
+	}
+	nodec, err := node.New(kube, kemu, inf.Kube, inf.Kemu, recorder, node.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return []controller.Runnable{vmic, vmc, nodec}, nil
+}
+
+// leaderElect runs run while this instance holds the Lease. The Lease is
+// released only after run returned (the controllers stopped), so two leaders
+// never work at once; losing it is an error (exit 1: the Pod restarts and
+// competes again).
+func leaderElect(ctx context.Context, o options, cfg *rest.Config, run func(context.Context) error) error {
+	id := o.identity
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s_%d", host, time.Now().UnixNano())
+	}
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, o.leaseNamespace, o.leaseName,
+		resourcelock.ResourceLockConfig{Identity: id}, cfg, o.renewDeadline)
+	if err != nil {
+		return err
+	}
+	leading := make(chan context.Context, 1)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: o.leaseName, ReleaseOnCancel: true,
+		LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) { leading <- lctx },
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					klog.InfoS("Another instance leads", "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	// The elector's context ends only after the controllers stopped.
+	leCtx, leCancel := context.WithCancel(context.Background())
+	defer leCancel()
+	electorDone := make(chan struct{})
+	go func() {
+		defer close(electorDone)
+		le.Run(leCtx)
+	}()
+	select {
+	case <-ctx.Done():
+		leCancel()
+		<-electorDone
+		return nil
+	case <-electorDone:
+		return errors.New("leader election ended")
+	case lctx := <-leading:
+		klog.InfoS("Leading: starting controllers", "identity", id)
+		runCtx, cancel := context.WithCancel(lctx)
+		stop := context.AfterFunc(ctx, cancel)
+		err := run(runCtx)
+		stop()
+		cancel()
+		lost := lctx.Err() != nil && ctx.Err() == nil
+		leCancel()
+		<-electorDone
+		if err != nil {
+			return err
+		}
+		if lost {
+			return errors.New("lost the leader Lease")
+		}
+		return nil
+	}
+}
+
+func startHTTP(addr string, ready *atomic.Bool) (*http.Server, string, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// Ready once this instance runs its controllers (it leads).
+		if !ready.Load() {
+			http.Error(w, "not leading", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "metrics server")
+		}
+	}()
+	klog.InfoS("Serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	return srv, ln.Addr().String(), nil
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestCopyAll(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(filepath.Join(src, "disk.qcow2"), []byte("disk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(src, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := copyAll(src, dst); err != nil || n != 1 {
+		t.Fatalf("copyAll = %d, %v", n, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dst, "disk.qcow2"))
+	if err != nil || string(b) != "disk" {
+		t.Fatalf("copied %q, %v", b, err)
+	}
+	if st, _ := os.Stat(filepath.Join(dst, "disk.qcow2")); st.Mode().Perm() != 0o444 {
+		t.Fatalf("mode %v, want 0444", st.Mode().Perm())
+	}
+	// A single file (the self-install of the binary keeps its x bits).
+	exe := filepath.Join(src, "tool")
+	if err := os.WriteFile(exe, []byte("#!"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := copyAll(exe, dst); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(filepath.Join(dst, "tool")); st.Mode().Perm() != 0o555 {
+		t.Fatalf("mode %v, want 0555", st.Mode().Perm())
+	}
+	if _, err := copyAll(filepath.Join(src, "sub"), dst); err == nil {
+		t.Fatal("an empty directory must be an error")
+	}
+}

@@ -1,0 +1,440 @@
+// Package template renders a VMI's launcher Pod. It holds no state and makes
+// no API calls: the VMI controller decides that a Pod is needed (and whether
+// the VM gets KVM), the Service turns that into a Pod spec (KubeVirt's
+// template service).
+package template
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// Labels and annotations of launcher Pods.
+const (
+	// AppLabel is "launcher" on every launcher Pod.
+	AppLabel = "kemu.dev/app"
+	// AppLauncher is AppLabel's value.
+	AppLauncher = "launcher"
+	// CreatedByLabel is the UID of the VMI the Pod runs (KubeVirt's
+	// kubevirt.io/created-by).
+	CreatedByLabel = "kemu.dev/created-by"
+	// VMINameLabel is the name of the VMI the Pod runs.
+	VMINameLabel = "kemu.dev/vmi-name"
+)
+
+// Device-plugin resources (devices/deviceplugin).
+const (
+	ResourceKVM      corev1.ResourceName = "devices.kemu.dev/kvm"
+	ResourceTun      corev1.ResourceName = "devices.kemu.dev/tun"
+	ResourceVhostNet corev1.ResourceName = "devices.kemu.dev/vhost-net"
+)
+
+// Paths and names inside the launcher Pod.
+const (
+	ComputeContainer = "compute"
+	// SocketsVolume is the emptyDir holding launcher.sock; the node agent
+	// finds it at <kubelet-root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/sockets/.
+	SocketsVolume = "sockets"
+	SocketsDir    = "/var/run/kemu/sockets"
+	// PrivateVolume holds the VM's runtime directory (overlays, ISOs, EFI
+	// variables); the launcher removes RuntimeDir itself when the VM ends.
+	PrivateVolume = "private"
+	PrivateDir    = "/var/run/kemu/private"
+	RuntimeDir    = PrivateDir + "/vm"
+	// ImagesVolume is the launcher's image cache (kernelBoot containers and,
+	// until the launcher reads ContainerDisksDir, containerDisks).
+	ImagesVolume = "images"
+	ImageCache   = "/var/lib/kemu/images"
+	// PVCRoot holds claims: a block device PVCRoot/<claim> or a file system
+	// at PVCRoot/<claim>/ (disk.img).
+	PVCRoot = "/var/run/kemu/pvcs"
+	// SecretsDir holds cloud-init secrets: SecretsDir/<secret>/<key>.
+	SecretsDir = "/var/run/kemu/secrets"
+	// ToolsVolume is the emptyDir the first init container fills with the
+	// static kemu-copy helper from the launcher image.
+	ToolsVolume = "kemu-tools"
+	ToolsDir    = "/var/run/kemu/tools"
+	// CopyBinary is kemu-copy's path in the launcher image.
+	CopyBinary = "/usr/bin/kemu-copy"
+	// ContainerDisksDir/<volume>/ holds each containerDisk's disk, copied
+	// out of its image by an init container.
+	ContainerDisksDir = "/var/run/kemu/container-disks"
+	// DefaultDiskDir is where a containerDisk image keeps its disk when the
+	// volume names no path (KubeVirt's /disk/).
+	DefaultDiskDir = "/disk"
+)
+
+// GracePeriodPadding is added to the VMI's terminationGracePeriodSeconds for
+// the Pod: after the guest's grace period the launcher sends quit, kills QEMU
+// 5 s later and cleans up (KubeVirt pads by 15 s as well).
+const GracePeriodPadding int64 = 15
+
+// DefaultCPURequest is the compute container's CPU request when the VMI asks
+// for none (KubeVirt's default of 100m).
+var DefaultCPURequest = resource.MustParse("100m")
+
+// Options configure a Service.
+type Options struct {
+	// LauncherImage runs kemu-launcher (and holds kemu-copy). Required.
+	LauncherImage string
+	// LauncherPullPolicy for the launcher image; "" is Kubernetes' default.
+	LauncherPullPolicy corev1.PullPolicy
+	// LauncherArgs are appended to the launcher's flags (e.g. "-v=2").
+	LauncherArgs []string
+}
+
+// Service renders launcher Pods.
+type Service struct{ opts Options }
+
+// NewService returns a Service.
+func NewService(opts Options) *Service { return &Service{opts: opts} }
+
+// Input is what the controller decided about a VMI's Pod.
+type Input struct {
+	// VMI is defaulted and valid.
+	VMI *v1.VirtualMachineInstance
+	// KVM: the Pod requests devices.kemu.dev/kvm and the launcher runs
+	// --accel=kvm; otherwise --accel=tcg and the TCG overhead.
+	KVM bool
+	// PVCBlock says, per claim name, whether the claim is a block volume
+	// (volumeDevices) rather than a file system (volumeMounts). Missing
+	// claims are file systems.
+	PVCBlock map[string]bool
+}
+
+// PodName is the launcher Pod's name for a VMI: fixed for a VMI (a second
+// create of the same VMI's Pod fails with AlreadyExists, a second safety
+// net behind the controller's expectations) and different for a VMI of the
+// same name created again (its UID differs).
+func PodName(vmi *v1.VirtualMachineInstance) string {
+	sum := sha256.Sum256([]byte(vmi.UID))
+	return "kemu-launcher-" + vmi.Name + "-" + hex.EncodeToString(sum[:])[:5]
+}
+
+// Render returns the launcher Pod of in.VMI.
+func (s *Service) Render(in Input) (*corev1.Pod, error) {
+	vmi := in.VMI
+	if s.opts.LauncherImage == "" {
+		return nil, fmt.Errorf("template: no launcher image configured")
+	}
+	if vmi.UID == "" {
+		return nil, fmt.Errorf("template: VMI %s/%s has no UID", vmi.Namespace, vmi.Name)
+	}
+	grace := v1.DefaultTerminationGracePeriodSeconds
+	if vmi.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *vmi.Spec.TerminationGracePeriodSeconds
+	}
+	podGrace := grace + GracePeriodPadding
+
+	labels := map[string]string{}
+	for k, v := range vmi.Labels {
+		labels[k] = v // Services select VMs by their VMI's labels
+	}
+	labels[AppLabel] = AppLauncher
+	labels[CreatedByLabel] = string(vmi.UID)
+	labels[VMINameLabel] = vmi.Name
+
+	nodeSelector := map[string]string{}
+	for k, v := range vmi.Spec.NodeSelector {
+		nodeSelector[k] = v
+	}
+	nodeSelector[v1.NodeSchedulableLabel] = "true"
+
+	b := &builder{vmi: vmi, in: in, opts: s.opts}
+	b.volumes()
+	compute := corev1.Container{
+		Name:            ComputeContainer,
+		Image:           s.opts.LauncherImage,
+		ImagePullPolicy: s.opts.LauncherPullPolicy,
+		Command:         []string{"kemu-launcher"},
+		Args:            b.args(grace),
+		Resources:       b.resources(),
+		VolumeMounts:    b.mounts,
+		VolumeDevices:   b.devices,
+		SecurityContext: &corev1.SecurityContext{
+			// Taps, bridge and nftables in the Pod's network namespace;
+			// QEMU's child cgroup and its eBPF device program.
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "BPF", "SYS_RESOURCE"}},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	no := false
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      PodName(vmi),
+			Namespace: vmi.Namespace,
+			Labels:    labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi,
+				v1.SchemeGroupVersion.WithKind("VirtualMachineInstance"))},
+		},
+		Spec: corev1.PodSpec{
+			InitContainers:                b.initContainers,
+			Containers:                    []corev1.Container{compute},
+			Volumes:                       b.podVolumes,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &podGrace,
+			NodeSelector:                  nodeSelector,
+			Affinity:                      vmi.Spec.Affinity.DeepCopy(),
+			Tolerations:                   append([]corev1.Toleration(nil), vmi.Spec.Tolerations...),
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			Hostname:                      vmi.Name,
+		},
+	}
+	return pod, nil
+}
+
+type builder struct {
+	vmi            *v1.VirtualMachineInstance
+	in             Input
+	opts           Options
+	podVolumes     []corev1.Volume
+	mounts         []corev1.VolumeMount
+	devices        []corev1.VolumeDevice
+	initContainers []corev1.Container
+	secrets        map[string]bool
+	hostDirs       map[string]bool
+}
+
+func emptyDir(name string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+}
+
+// Small fixed resources for the init containers (kemu-copy streams files).
+var initResources = corev1.ResourceRequirements{
+	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("40Mi")},
+	Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("40Mi")},
+}
+
+func (b *builder) volumes() {
+	b.podVolumes = append(b.podVolumes, emptyDir(SocketsVolume), emptyDir(PrivateVolume), emptyDir(ImagesVolume))
+	b.mounts = append(b.mounts,
+		corev1.VolumeMount{Name: SocketsVolume, MountPath: SocketsDir},
+		corev1.VolumeMount{Name: PrivateVolume, MountPath: PrivateDir},
+		corev1.VolumeMount{Name: ImagesVolume, MountPath: ImageCache},
+	)
+	b.secrets, b.hostDirs = map[string]bool{}, map[string]bool{}
+	var diskIndex int
+	for _, vol := range b.vmi.Spec.Volumes {
+		switch {
+		case vol.ContainerDisk != nil:
+			b.containerDisk(diskIndex, &vol)
+			diskIndex++
+		case vol.PersistentVolumeClaim != nil:
+			b.pvc(vol.PersistentVolumeClaim)
+		case vol.HostDisk != nil:
+			b.hostDisk(vol.HostDisk)
+		case vol.CloudInitNoCloud != nil && vol.CloudInitNoCloud.SecretRef != nil:
+			b.secret(vol.CloudInitNoCloud.SecretRef.Name)
+		}
+	}
+}
+
+// containerDisk: the first containerDisk adds the init container that
+// installs kemu-copy into the tools emptyDir; each one adds an emptyDir and
+// an init container running its image with kemu-copy, which copies the disk
+// (the volume's path, else every file of /disk/) into the emptyDir. The
+// kubelet pulls the image (pull policy, node image cache, image pull errors
+// on the Pod as for any container); the image needs no shell or tools.
+func (b *builder) containerDisk(i int, vol *v1.Volume) {
+	if i == 0 {
+		b.podVolumes = append(b.podVolumes, emptyDir(ToolsVolume))
+		b.initContainers = append(b.initContainers, corev1.Container{
+			Name:            "install-kemu-copy",
+			Image:           b.opts.LauncherImage,
+			ImagePullPolicy: b.opts.LauncherPullPolicy,
+			Command:         []string{CopyBinary, CopyBinary, ToolsDir},
+			VolumeMounts:    []corev1.VolumeMount{{Name: ToolsVolume, MountPath: ToolsDir}},
+			Resources:       initResources,
+		})
+	}
+	cd := vol.ContainerDisk
+	name := "container-disk-" + strconv.Itoa(i)
+	dst := path.Join(ContainerDisksDir, vol.Name)
+	src := DefaultDiskDir
+	if cd.Path != "" {
+		src = cd.Path
+	}
+	pull := cd.ImagePullPolicy
+	if pull == "" {
+		pull = v1.DefaultPullPolicy(cd.Image)
+	}
+	b.podVolumes = append(b.podVolumes, emptyDir(name))
+	b.initContainers = append(b.initContainers, corev1.Container{
+		Name:            name,
+		Image:           cd.Image,
+		ImagePullPolicy: pull,
+		Command:         []string{path.Join(ToolsDir, "kemu-copy"), src, dst},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: ToolsVolume, MountPath: ToolsDir, ReadOnly: true},
+			{Name: name, MountPath: dst},
+		},
+		Resources: initResources,
+	})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: dst, ReadOnly: true})
+}
+
+func (b *builder) pvc(c *v1.PersistentVolumeClaimVolumeSource) {
+	name := "pvc-" + shortHash(c.ClaimName)
+	for _, v := range b.podVolumes {
+		if v.Name == name {
+			return // the same claim used twice
+		}
+	}
+	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}}})
+	p := path.Join(PVCRoot, c.ClaimName)
+	if b.in.PVCBlock[c.ClaimName] {
+		b.devices = append(b.devices, corev1.VolumeDevice{Name: name, DevicePath: p})
+		return
+	}
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: c.ReadOnly})
+}
+
+// hostDisk: the disk's directory from the node at the same path, so the
+// launcher uses the VMI's path as written. DiskOrCreate may create the
+// directory.
+func (b *builder) hostDisk(hd *v1.HostDisk) {
+	dir := path.Dir(hd.Path)
+	if b.hostDirs[dir] {
+		return
+	}
+	b.hostDirs[dir] = true
+	t := corev1.HostPathDirectory
+	if hd.Type == v1.HostDiskExistsOrCreate {
+		t = corev1.HostPathDirectoryOrCreate
+	}
+	name := "hostdisk-" + shortHash(dir)
+	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &t}}})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: dir})
+}
+
+func (b *builder) secret(name string) {
+	if b.secrets[name] {
+		return
+	}
+	b.secrets[name] = true
+	vn := "secret-" + shortHash(name)
+	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: vn, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: name}}})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: vn, MountPath: path.Join(SecretsDir, name), ReadOnly: true})
+}
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+// args are kemu-launcher's flags (cmd/kemu-launcher). No --vmi-json: the
+// node agent hands the VMI over with Sync, so the Pod spec stays small and
+// never carries a stale copy.
+func (b *builder) args(grace int64) []string {
+	accel := "tcg"
+	if b.in.KVM {
+		accel = "kvm" // the node's probe passed: its plugin advertises kvm
+	}
+	a := []string{
+		"--sockets-dir=" + SocketsDir,
+		"--runtime-dir=" + RuntimeDir,
+		"--image-cache=" + ImageCache,
+		"--pvc-root=" + PVCRoot,
+		"--secrets-dir=" + SecretsDir,
+		"--accel=" + accel,
+		"--grace-period=" + strconv.FormatInt(grace, 10) + "s",
+	}
+	return append(a, b.opts.LauncherArgs...)
+}
+
+// NeedsTun: an interface bound to the pod network (masquerade or bridge)
+// needs a tap.
+func NeedsTun(vmi *v1.VirtualMachineInstance) bool {
+	pod := map[string]bool{}
+	for _, n := range vmi.Spec.Networks {
+		if n.Pod != nil {
+			pod[n.Name] = true
+		}
+	}
+	for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+		if pod[i.Name] && (i.Masquerade != nil || i.Bridge != nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// needsVhostNet: vhost-net only helps virtio NICs, and only under KVM (QEMU
+// cannot use it with TCG).
+func needsVhostNet(vmi *v1.VirtualMachineInstance, kvm bool) bool {
+	if !kvm || !NeedsTun(vmi) {
+		return false
+	}
+	for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+		if i.Model == "" || i.Model == "virtio" {
+			return true
+		}
+	}
+	return false
+}
+
+// resources: memory request = guest memory + Overhead (the limit too, when
+// the VMI sets a memory limit); CPU from the VMI, else DefaultCPURequest;
+// other VMI requests and limits as they are; device plugins as limits.
+func (b *builder) resources() corev1.ResourceRequirements {
+	vmi := b.vmi
+	over := Overhead(vmi, b.in.KVM)
+	req, lim := corev1.ResourceList{}, corev1.ResourceList{}
+	for k, q := range vmi.Spec.Domain.Resources.Requests {
+		req[k] = q.DeepCopy()
+	}
+	for k, q := range vmi.Spec.Domain.Resources.Limits {
+		lim[k] = q.DeepCopy()
+	}
+	mem := resource.NewQuantity(GuestMemory(vmi), resource.BinarySI)
+	if r, ok := req[corev1.ResourceMemory]; ok && r.Cmp(*mem) > 0 {
+		mem = &r
+	}
+	mem.Add(*over)
+	req[corev1.ResourceMemory] = *mem
+	if l, ok := lim[corev1.ResourceMemory]; ok {
+		l.Add(*over)
+		lim[corev1.ResourceMemory] = l
+	}
+	if _, ok := req[corev1.ResourceCPU]; !ok {
+		if l, ok := lim[corev1.ResourceCPU]; ok {
+			req[corev1.ResourceCPU] = l.DeepCopy()
+		} else {
+			req[corev1.ResourceCPU] = DefaultCPURequest.DeepCopy()
+		}
+	}
+	one := resource.MustParse("1")
+	if b.in.KVM {
+		lim[ResourceKVM] = one
+	}
+	if NeedsTun(vmi) {
+		lim[ResourceTun] = one
+	}
+	if needsVhostNet(vmi, b.in.KVM) {
+		lim[ResourceVhostNet] = one
+	}
+	// Extended resources are requested as much as limited.
+	for _, k := range []corev1.ResourceName{ResourceKVM, ResourceTun, ResourceVhostNet} {
+		if q, ok := lim[k]; ok {
+			req[k] = q.DeepCopy()
+		}
+	}
+	if len(lim) == 0 {
+		lim = nil
+	}
+	return corev1.ResourceRequirements{Requests: req, Limits: lim}
+}

@@ -1,0 +1,270 @@
+package template
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+const mi = 1 << 20
+
+func ptr[T any](v T) *T { return &v }
+
+// vmi returns a defaulted VMI with a containerDisk and guest memory mem.
+func vmi(mem string, mod func(*v1.VirtualMachineInstance)) *v1.VirtualMachineInstance {
+	q := resource.MustParse(mem)
+	x := &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm1", Namespace: "ns", UID: "uid-1", Labels: map[string]string{"app": "web"}},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &q},
+				Devices: v1.Devices{Disks: []v1.Disk{{Name: "root"}}}},
+			Volumes: []v1.Volume{{Name: "root", ContainerDisk: &v1.ContainerDiskSource{Image: "example.com/disk:1"}}},
+		},
+	}
+	if mod != nil {
+		mod(x)
+	}
+	v1.SetVirtualMachineInstanceDefaults(x)
+	return x
+}
+
+func TestOverhead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vmi  *v1.VirtualMachineInstance
+		kvm  bool
+		want int64 // MiB
+	}{
+		// 16 launcher + 64 QEMU + 64 TCG + 256/512 → 144.5 → 145.
+		{"tcg-256Mi", vmi("256Mi", nil), false, 145},
+		{"kvm-256Mi", vmi("256Mi", nil), true, 81},
+		// 1 GiB guest: +2 MiB page tables.
+		{"kvm-1Gi", vmi("1Gi", nil), true, 82},
+		// 4 vCPUs: 3 × 8 MiB more.
+		{"kvm-4vcpu", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.CPU = &v1.CPU{Sockets: 1, Cores: 2, Threads: 2}
+		}), true, 82 + 24},
+		{"kvm-efi", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{}}}
+		}), true, 82 + 8},
+		// 16 GiB: 32 MiB of page tables.
+		{"tcg-16Gi", vmi("16Gi", nil), false, 144 + 32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Overhead(tc.vmi, tc.kvm)
+			if got.Value() != tc.want*mi {
+				t.Fatalf("Overhead = %s (%d MiB), want %d MiB", got, got.Value()/mi, tc.want)
+			}
+		})
+	}
+}
+
+func env(c corev1.Container) map[string]corev1.VolumeMount {
+	m := map[string]corev1.VolumeMount{}
+	for _, vm := range c.VolumeMounts {
+		m[vm.MountPath] = vm
+	}
+	return m
+}
+
+func TestRender(t *testing.T) {
+	svc := NewService(Options{LauncherImage: "kemu.local/launcher:1", LauncherPullPolicy: corev1.PullIfNotPresent})
+	q := func(s string) resource.Quantity { return resource.MustParse(s) }
+	for _, tc := range []struct {
+		name  string
+		in    Input
+		check func(t *testing.T, pod *corev1.Pod)
+	}{
+		{"basics", Input{VMI: vmi("256Mi", nil)}, func(t *testing.T, pod *corev1.Pod) {
+			if !strings.HasPrefix(pod.Name, "kemu-launcher-vm1-") || pod.Namespace != "ns" {
+				t.Errorf("name %s/%s", pod.Namespace, pod.Name)
+			}
+			for k, v := range map[string]string{AppLabel: AppLauncher, CreatedByLabel: "uid-1", VMINameLabel: "vm1", "app": "web"} {
+				if pod.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, pod.Labels[k], v)
+				}
+			}
+			ref := metav1.GetControllerOf(pod)
+			if ref == nil || ref.UID != "uid-1" || ref.Kind != "VirtualMachineInstance" || ref.APIVersion != "kemu.dev/v1alpha1" || !*ref.BlockOwnerDeletion {
+				t.Errorf("owner %+v", ref)
+			}
+			if pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" {
+				t.Errorf("nodeSelector %v", pod.Spec.NodeSelector)
+			}
+			if *pod.Spec.TerminationGracePeriodSeconds != 30+GracePeriodPadding {
+				t.Errorf("grace %d", *pod.Spec.TerminationGracePeriodSeconds)
+			}
+			if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || *pod.Spec.AutomountServiceAccountToken {
+				t.Errorf("restart %s automount %v", pod.Spec.RestartPolicy, *pod.Spec.AutomountServiceAccountToken)
+			}
+			c := pod.Spec.Containers[0]
+			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
+				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
+				"--accel=tcg", "--grace-period=30s"}
+			if c.Name != ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
+				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
+			}
+			// 256 MiB guest + 145 MiB TCG overhead; default CPU; tun for the default masquerade interface.
+			r := c.Resources
+			if m := r.Requests[corev1.ResourceMemory]; m.Value() != (256+145)*mi {
+				t.Errorf("memory request %s", &m)
+			}
+			if _, ok := r.Limits[corev1.ResourceMemory]; ok {
+				t.Errorf("memory limit without a VMI limit: %v", r.Limits)
+			}
+			if cpu := r.Requests[corev1.ResourceCPU]; cpu.Cmp(q("100m")) != 0 {
+				t.Errorf("cpu %s", &cpu)
+			}
+			if tun := r.Limits[ResourceTun]; tun.Value() != 1 || r.Requests[ResourceTun] != tun {
+				t.Errorf("tun %v / %v", r.Limits, r.Requests)
+			}
+			for _, res := range []corev1.ResourceName{ResourceKVM, ResourceVhostNet} {
+				if _, ok := r.Limits[res]; ok {
+					t.Errorf("%s requested under TCG", res)
+				}
+			}
+			m := env(c)
+			if m[SocketsDir].Name != SocketsVolume || m[PrivateDir].Name != PrivateVolume || m[ImageCache].Name != ImagesVolume {
+				t.Errorf("mounts %v", c.VolumeMounts)
+			}
+			if cd := m[ContainerDisksDir+"/root"]; cd.Name != "container-disk-0" || !cd.ReadOnly {
+				t.Errorf("containerDisk mount %+v", cd)
+			}
+			// containerDisk: install kemu-copy, then copy /disk out of the image.
+			ic := pod.Spec.InitContainers
+			if len(ic) != 2 || ic[0].Image != "kemu.local/launcher:1" || !slices.Equal(ic[0].Command, []string{CopyBinary, CopyBinary, ToolsDir}) {
+				t.Fatalf("init containers %+v", ic)
+			}
+			if ic[1].Image != "example.com/disk:1" || ic[1].ImagePullPolicy != corev1.PullIfNotPresent ||
+				!slices.Equal(ic[1].Command, []string{ToolsDir + "/kemu-copy", "/disk", ContainerDisksDir + "/root"}) {
+				t.Errorf("disk init container %+v", ic[1])
+			}
+			var sockets bool
+			for _, v := range pod.Spec.Volumes {
+				sockets = sockets || (v.Name == "sockets" && v.EmptyDir != nil)
+			}
+			if !sockets {
+				t.Errorf("no sockets emptyDir: %v", pod.Spec.Volumes)
+			}
+		}},
+		{"kvm-limits-selectors", Input{KVM: true, VMI: vmi("1Gi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q("2Gi"), corev1.ResourceCPU: q("2")}
+			x.Spec.NodeSelector = map[string]string{"zone": "a"}
+			x.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
+			x.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}}
+			x.Spec.TerminationGracePeriodSeconds = ptr(int64(120))
+			x.Spec.Domain.Memory.Guest = nil // from the limit
+		})}, func(t *testing.T, pod *corev1.Pod) {
+			r := pod.Spec.Containers[0].Resources
+			if m := r.Requests[corev1.ResourceMemory]; m.Value() != 2048*mi+84*mi {
+				t.Errorf("memory request %s", &m)
+			}
+			if m := r.Limits[corev1.ResourceMemory]; m.Value() != 2048*mi+84*mi {
+				t.Errorf("memory limit %s", &m)
+			}
+			if cpu := r.Requests[corev1.ResourceCPU]; cpu.Cmp(q("2")) != 0 {
+				t.Errorf("cpu request %s (from the limit)", &cpu)
+			}
+			for _, res := range []corev1.ResourceName{ResourceKVM, ResourceTun, ResourceVhostNet} {
+				if l := r.Limits[res]; l.Value() != 1 {
+					t.Errorf("%s not requested: %v", res, r.Limits)
+				}
+			}
+			if !slices.Contains(pod.Spec.Containers[0].Args, "--accel=kvm") || !slices.Contains(pod.Spec.Containers[0].Args, "--grace-period=120s") {
+				t.Errorf("args %v", pod.Spec.Containers[0].Args)
+			}
+			if pod.Spec.NodeSelector["zone"] != "a" || pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" {
+				t.Errorf("nodeSelector %v", pod.Spec.NodeSelector)
+			}
+			if len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Key != "dedicated" || pod.Spec.Affinity.PodAntiAffinity == nil {
+				t.Errorf("tolerations %v affinity %v", pod.Spec.Tolerations, pod.Spec.Affinity)
+			}
+			if *pod.Spec.TerminationGracePeriodSeconds != 135 {
+				t.Errorf("grace %d", *pod.Spec.TerminationGracePeriodSeconds)
+			}
+		}},
+		{"no-network-no-tun", Input{VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.AutoattachPodInterface = ptr(false)
+		})}, func(t *testing.T, pod *corev1.Pod) {
+			if _, ok := pod.Spec.Containers[0].Resources.Limits[ResourceTun]; ok {
+				t.Error("tun requested without interfaces")
+			}
+		}},
+		{"pvc-hostdisk-secret", Input{PVCBlock: map[string]bool{"blk": true}, VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "fs"}, {Name: "blk"}, {Name: "host"}, {Name: "ci"}}
+			x.Spec.Volumes = []v1.Volume{
+				{Name: "fs", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}},
+				{Name: "blk", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "blk"}},
+				{Name: "host", HostDisk: &v1.HostDisk{Path: "/var/lib/vms/a.img", Type: v1.HostDiskExistsOrCreate, Capacity: ptr(q("1Gi"))}},
+				{Name: "ci", CloudInitNoCloud: &v1.CloudInitNoCloudSource{SecretRef: &corev1.LocalObjectReference{Name: "userdata"}}},
+			}
+		})}, func(t *testing.T, pod *corev1.Pod) {
+			c := pod.Spec.Containers[0]
+			m := env(c)
+			if fs := m[PVCRoot+"/data"]; fs.Name == "" || !fs.ReadOnly {
+				t.Errorf("file-system claim mount %+v", fs)
+			}
+			if len(c.VolumeDevices) != 1 || c.VolumeDevices[0].DevicePath != PVCRoot+"/blk" {
+				t.Errorf("block claim %+v", c.VolumeDevices)
+			}
+			if m["/var/lib/vms"].Name == "" || m[SecretsDir+"/userdata"].Name == "" {
+				t.Errorf("mounts %+v", c.VolumeMounts)
+			}
+			if len(pod.Spec.InitContainers) != 0 {
+				t.Errorf("init containers without containerDisks: %v", pod.Spec.InitContainers)
+			}
+			byName := map[string]corev1.Volume{}
+			for _, v := range pod.Spec.Volumes {
+				byName[v.Name] = v
+			}
+			for _, vm := range c.VolumeMounts {
+				if _, ok := byName[vm.Name]; !ok {
+					t.Errorf("mount %s has no volume", vm.Name)
+				}
+			}
+			h := byName[m["/var/lib/vms"].Name].HostPath
+			if h == nil || h.Path != "/var/lib/vms" || *h.Type != corev1.HostPathDirectoryOrCreate {
+				t.Errorf("hostPath %+v", h)
+			}
+			if cl := byName[c.VolumeDevices[0].Name].PersistentVolumeClaim; cl == nil || cl.ClaimName != "blk" {
+				t.Errorf("block claim volume %+v", cl)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod, err := svc.Render(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, pod)
+		})
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	if _, err := NewService(Options{}).Render(Input{VMI: vmi("256Mi", nil)}); err == nil {
+		t.Error("no launcher image must fail")
+	}
+	x := vmi("256Mi", nil)
+	x.UID = ""
+	if _, err := NewService(Options{LauncherImage: "l"}).Render(Input{VMI: x}); err == nil {
+		t.Error("no UID must fail")
+	}
+}
+
+func TestPodName(t *testing.T) {
+	a, b := vmi("256Mi", nil), vmi("256Mi", nil)
+	if PodName(a) != PodName(b) {
+		t.Error("the same VMI must give the same Pod name")
+	}
+	b.UID = "uid-2"
+	if PodName(a) == PodName(b) {
+		t.Error("a VMI recreated with the same name must get another Pod name")
+	}
+}
