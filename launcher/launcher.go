@@ -60,6 +60,10 @@ type Config struct {
 	// PVCRoot and SecretsDir locate persistentVolumeClaim and cloud-init
 	// secret volumes.
 	PVCRoot, SecretsDir string
+	// ContainerDiskDir holds containerDisks copied out of their images by
+	// the Pod's init containers (<dir>/<volume>/<file>); "" = the launcher
+	// pulls them into ImageCache itself.
+	ContainerDiskDir string
 	// QEMU is the emulator binary (default qemu-system-x86_64).
 	QEMU string
 	// Accel forces "kvm" or "tcg"; "" decides by KVMProbe.
@@ -225,7 +229,8 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("launcher: image cache: %w", err)
 	}
 	l.prepared, err = storage.Prepare(ctx, l.vmi, storage.Options{
-		Dir: l.cfg.Dir, Images: store, PVCRoot: l.cfg.PVCRoot, SecretsDir: l.cfg.SecretsDir})
+		Dir: l.cfg.Dir, Images: store, PVCRoot: l.cfg.PVCRoot, SecretsDir: l.cfg.SecretsDir,
+		ContainerDiskDir: l.cfg.ContainerDiskDir})
 	if err != nil {
 		return fmt.Errorf("launcher: preparing volumes: %w", err)
 	}

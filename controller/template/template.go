@@ -51,8 +51,8 @@ const (
 	PrivateVolume = "private"
 	PrivateDir    = "/var/run/kemu/private"
 	RuntimeDir    = PrivateDir + "/vm"
-	// ImagesVolume is the launcher's image cache (kernelBoot containers and,
-	// until the launcher reads ContainerDisksDir, containerDisks).
+	// ImagesVolume is the launcher's image cache (kernelBoot containers;
+	// containerDisks come copied in ContainerDisksDir).
 	ImagesVolume = "images"
 	ImageCache   = "/var/lib/kemu/images"
 	// PVCRoot holds claims: a block device PVCRoot/<claim> or a file system
@@ -350,6 +350,7 @@ func (b *builder) args(grace int64) []string {
 		"--image-cache=" + ImageCache,
 		"--pvc-root=" + PVCRoot,
 		"--secrets-dir=" + SecretsDir,
+		"--container-disk-dir=" + ContainerDisksDir,
 		"--accel=" + accel,
 		"--grace-period=" + strconv.FormatInt(grace, 10) + "s",
 	}

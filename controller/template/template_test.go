@@ -106,7 +106,7 @@ func TestRender(t *testing.T) {
 			c := pod.Spec.Containers[0]
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
 				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
-				"--accel=tcg", "--grace-period=30s"}
+				"--container-disk-dir=/var/run/kemu/container-disks", "--accel=tcg", "--grace-period=30s"}
 			if c.Name != ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
 			}

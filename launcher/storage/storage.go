@@ -69,6 +69,11 @@ type Options struct {
 	Dir string
 	// Images resolves containerDisk and kernelBoot images.
 	Images *images.Store
+	// ContainerDiskDir, when set, holds the containerDisks the launcher
+	// Pod's init containers copied out of their images (kemu-copy):
+	// <ContainerDiskDir>/<volume name>/<file>. They are used from there
+	// instead of Images.
+	ContainerDiskDir string
 	// PVCRoot holds the claims: <PVCRoot>/<claimName>/disk.img, or the block
 	// device <PVCRoot>/<claimName>.
 	PVCRoot string
@@ -277,16 +282,27 @@ func (pr *preparer) vmFile(name string) (string, error) {
 
 func (pr *preparer) containerDisk(ctx context.Context, v *v1alpha1.Volume, field string) (Volume, error) {
 	cd := v.ContainerDisk
-	if pr.opts.Images == nil {
-		return Volume{}, fieldErr(field+".image", "no image store configured")
-	}
-	base, err := pr.opts.Images.DiskFile(ctx, cd.Image, cd.ImagePullPolicy, cd.Path)
-	if err != nil {
-		f := field + ".image"
-		if cd.Path != "" && errors.Is(err, images.ErrNotFound) {
-			f = field + ".path"
+	var base string
+	var err error
+	switch {
+	case pr.opts.ContainerDiskDir != "":
+		if base, err = copiedDisk(filepath.Join(pr.opts.ContainerDiskDir, v.Name), cd.Path); err != nil {
+			f := field + ".image"
+			if cd.Path != "" {
+				f = field + ".path"
+			}
+			return Volume{}, &FieldError{Field: f, Err: err}
 		}
-		return Volume{}, &FieldError{Field: f, Err: err}
+	case pr.opts.Images == nil:
+		return Volume{}, fieldErr(field+".image", "no image store configured")
+	default:
+		if base, err = pr.opts.Images.DiskFile(ctx, cd.Image, cd.ImagePullPolicy, cd.Path); err != nil {
+			f := field + ".image"
+			if cd.Path != "" && errors.Is(err, images.ErrNotFound) {
+				f = field + ".path"
+			}
+			return Volume{}, &FieldError{Field: f, Err: err}
+		}
 	}
 	info, err := pr.qemu.info(ctx, base)
 	if err != nil {
@@ -304,6 +320,36 @@ func (pr *preparer) containerDisk(ctx context.Context, v *v1alpha1.Volume, field
 	}
 	return Volume{Kind: KindContainerDisk, Path: overlay, Format: FormatQCOW2, Size: info.VirtualSize,
 		Base: base, BaseFormat: info.Format}, nil
+}
+
+// copiedDisk finds the disk an init container copied into dir: the file
+// named like path's last element, or without path the only file there (the
+// image's /disk/ held exactly one).
+func copiedDisk(dir, path string) (string, error) {
+	if path != "" {
+		p := filepath.Join(dir, filepath.Base(path))
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("%s was not copied out of the image (no file %s): %w", path, p, images.ErrNotFound)
+		}
+		return p, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("no disk copied out of the image: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	switch len(files) {
+	case 1:
+		return files[0], nil
+	case 0:
+		return "", fmt.Errorf("no disk copied out of the image's /disk/ into %s: %w", dir, images.ErrNotFound)
+	}
+	return "", fmt.Errorf("the image's /disk/ holds %d files: set path to choose one", len(files))
 }
 
 func roundUp512(n int64) int64 { return (n + 511) &^ 511 }

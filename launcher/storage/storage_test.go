@@ -653,3 +653,53 @@ func TestInstanceID(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+// Disks copied out of their images by the Pod's init containers
+// (Options.ContainerDiskDir) are used in place of the image store.
+func TestContainerDiskDir(t *testing.T) {
+	artifacts(t)
+	cdDir := t.TempDir()
+	for _, f := range []string{"root/disk.qcow2", "two/a.img", "two/b.img", "picked/x.raw", "picked/y.raw"} {
+		p := filepath.Join(cdDir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "qemu-img", "create", "-q", "-f", map[bool]string{true: "qcow2", false: "raw"}[strings.HasSuffix(f, ".qcow2")], p, "1M")
+	}
+	// A partial copy kemu-copy left behind is ignored.
+	if err := os.WriteFile(filepath.Join(cdDir, "root", ".disk.qcow2.123"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cd := func(name, path string) v1alpha1.Volume {
+		return v1alpha1.Volume{Name: name, ContainerDisk: &v1alpha1.ContainerDiskSource{
+			Image: "registry.example/never-pulled:1", Path: path}}
+	}
+	prep := func(vols ...v1alpha1.Volume) (*Prepared, error) {
+		return Prepare(ctxT(t), vmiWith(vols...), Options{Dir: t.TempDir(), ContainerDiskDir: cdDir})
+	}
+	p, err := prep(cd("root", ""), cd("picked", "/disk/y.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Cleanup()
+	if b := p.Volumes["root"].Base; b != filepath.Join(cdDir, "root", "disk.qcow2") || p.Volumes["root"].BaseFormat != FormatQCOW2 {
+		t.Errorf("root based on %s (%s)", b, p.Volumes["root"].BaseFormat)
+	}
+	if b := p.Volumes["picked"].Base; b != filepath.Join(cdDir, "picked", "y.raw") || p.Volumes["picked"].BaseFormat != FormatRaw {
+		t.Errorf("picked based on %s (%s)", b, p.Volumes["picked"].BaseFormat)
+	}
+	for _, tc := range []struct {
+		vol       v1alpha1.Volume
+		field, in string
+	}{
+		{cd("two", ""), "spec.volumes[0].containerDisk.image", "holds 2 files: set path"},
+		{cd("missing", ""), "spec.volumes[0].containerDisk.image", "no disk copied"},
+		{cd("root", "/disk/other.qcow2"), "spec.volumes[0].containerDisk.path", "was not copied out of the image"},
+	} {
+		_, err := prep(tc.vol)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.in) {
+			t.Errorf("volume %s path %q: %v; want %s: …%s…", tc.vol.Name, tc.vol.ContainerDisk.Path, err, tc.field, tc.in)
+		}
+	}
+}
