@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A throw-away Kubernetes on this machine (hack/cluster: etcd, kube-apiserver,
+# kube-controller-manager, with --node also containerd, kube-scheduler and a
+# kubelet), in the background, stopped by pid.
+#
+#   hack/cluster.sh up [--node] [--no-crds]   # prints: export KUBECONFIG=...
+#   hack/cluster.sh down                      # stops exactly what up started
+#   hack/cluster.sh status
+#
+# State: _out/cluster/{pid,log,kubeconfig}. Needs `make k8s` (and root for --node).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+state="${root}/_out/cluster"
+pidfile="${state}/pid"
+
+running() { [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+
+up() {
+	local args=(-controller-manager -kubeconfig "${state}/kubeconfig")
+	for a in "$@"; do
+		case "$a" in
+		--node) args+=(-node) ;;
+		--no-crds) args+=(-crds=false) ;;
+		*) echo "cluster.sh up: unknown option $a" >&2; exit 2 ;;
+		esac
+	done
+	if running; then
+		echo "cluster.sh: already running (pid $(cat "$pidfile")); export KUBECONFIG=${state}/kubeconfig"
+		exit 0
+	fi
+	mkdir -p "$state"
+	(cd "$root" && go build -o "${state}/cluster" ./hack/cluster)
+	# Not setsid: it may fork, and the pid recorded must be the cluster's.
+	(cd "$root" && exec "${state}/cluster" "${args[@]}" >"${state}/log" 2>&1 </dev/null) &
+	echo $! >"$pidfile"
+	local deadline=$((SECONDS + 300))
+	until grep -qx ready "${state}/log" 2>/dev/null; do
+		if ! running; then
+			echo "cluster.sh: the cluster failed to start:" >&2
+			tail -20 "${state}/log" >&2
+			rm -f "$pidfile"
+			exit 1
+		fi
+		if ((SECONDS > deadline)); then
+			echo "cluster.sh: not ready after 300 s; stopping it (log: ${state}/log)" >&2
+			down
+			exit 1
+		fi
+		sleep 0.2
+	done
+	echo "export KUBECONFIG=${state}/kubeconfig"
+}
+
+down() {
+	if ! running; then
+		echo "cluster.sh: not running"
+		rm -f "$pidfile"
+		return 0
+	fi
+	local pid deadline=$((SECONDS + 120))
+	pid="$(cat "$pidfile")"
+	kill -TERM "$pid"
+	while kill -0 "$pid" 2>/dev/null; do
+		if ((SECONDS > deadline)); then
+			echo "cluster.sh: pid $pid still running after 120 s; killing it" >&2
+			kill -KILL "$pid"
+			break
+		fi
+		sleep 0.2
+	done
+	rm -f "$pidfile"
+	echo "cluster.sh: stopped"
+}
+
+case "${1:-}" in
+up) shift; up "$@" ;;
+down) down ;;
+status) if running; then echo "running (pid $(cat "$pidfile")); export KUBECONFIG=${state}/kubeconfig"; else echo "not running"; exit 1; fi ;;
+*) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

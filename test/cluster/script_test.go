@@ -1,0 +1,93 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kemu-dev/kemu/test/cluster"
+)
+
+// hack/cluster.sh up starts a cluster with kemu's CRDs in the background and
+// prints its kubeconfig; down stops exactly what up started (by pid).
+func TestClusterScript(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	script := filepath.Join(root, "hack", "cluster.sh")
+	// The script keeps its state in <repo>/_out/cluster; a copy of the
+	// script in a scratch tree would need the whole module, so run it in
+	// place and make sure nobody else's cluster is running there.
+	if out, err := exec.Command("bash", script, "status").CombinedOutput(); err == nil {
+		t.Fatalf("a hack/cluster.sh cluster is already running: %s", out)
+	}
+	out, err := exec.Command("bash", script, "up").Output()
+	if err != nil {
+		t.Fatalf("cluster.sh up: %v\n%s", err, out)
+	}
+	pidText, err := os.ReadFile(filepath.Join(root, "_out", "cluster", "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	kubeconfig := strings.TrimPrefix(strings.TrimSpace(string(out)), "export KUBECONFIG=")
+	kubectl := filepath.Join(root, "_out", "k8s", "bin", "kubectl")
+	got, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "--cache-dir", state, "get", "crd", "-o", "name").CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "virtualmachineinstances.kemu.dev") {
+		t.Errorf("kubectl get crd: %v\n%s", err, got)
+	}
+	children := descendants(pid)
+	if len(children) < 3 {
+		t.Errorf("cluster pid %d has %d descendants, want etcd, kube-apiserver, kube-controller-manager", pid, len(children))
+	}
+	if out, err := exec.Command("bash", script, "down").CombinedOutput(); err != nil {
+		t.Fatalf("cluster.sh down: %v\n%s", err, out)
+	}
+	for _, p := range append(children, pid) {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(p)); err == nil && !zombie(p) {
+			t.Errorf("process %d still running after down", p)
+		}
+	}
+}
+
+// descendants lists the processes below pid (from /proc/*/stat).
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, s := range stats {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		p, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
+		pp, _ := strconv.Atoi(f[1])
+		parent[p] = pp
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] == "Z"
+}
