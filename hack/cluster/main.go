@@ -84,4 +84,3 @@ func serve(ctx context.Context, c *cluster.Cluster, crds bool, out string) int {
 	<-ctx.Done()
 	return 0
 }
-
