@@ -15,3 +15,18 @@ const (
 	// heartbeat.
 	NodeHeartbeatAnnotation = "kemu.dev/heartbeat"
 )
+
+// Requests a user makes of a running VMI through annotations, reconciled
+// by the node agent on the VMI's node (there are no subresources without an
+// aggregated API server). kemuctl pause|unpause|soft-reboot set them.
+const (
+	// VMIPausedAnnotation "true" asks for the guest to be paused; absent or
+	// "false" for it to run. The VMI's Paused condition reports the result.
+	VMIPausedAnnotation = "kemu.dev/paused"
+	// VMISoftRebootAnnotation asks for one soft reboot (through the guest
+	// agent, else ACPI) per distinct value; use a timestamp or a random
+	// string. The node agent records the value it acted on in
+	// VMISoftRebootDoneAnnotation.
+	VMISoftRebootAnnotation     = "kemu.dev/soft-reboot"
+	VMISoftRebootDoneAnnotation = "kemu.dev/soft-reboot-done"
+)
