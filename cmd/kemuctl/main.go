@@ -24,7 +24,8 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand(),
-		newStartCommand(), newStopCommand(), newRestartCommand())
+		newStartCommand(), newStopCommand(), newRestartCommand(),
+		newPauseCommand(), newUnpauseCommand(), newSoftRebootCommand(), newConsoleCommand())
 	return root
 }
 

@@ -38,9 +38,9 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 var errInterrupted = errors.New("interrupted")
 
 func newShellCommand() *cobra.Command {
-	var socket, commands, output string
+	var socket, commands, output, namespace, kubeconfig string
 	cmd := &cobra.Command{
-		Use:   "shell (--socket PATH | VMI)",
+		Use:   "shell (--socket PATH | VMI [-n NAMESPACE] [--kubeconfig FILE])",
 		Short: "Open a debug shell on a launcher's command server",
 		Long: `Open a debug shell on a launcher's command server (its unix socket; kemuctl run
 prints it as "launcher socket: PATH").
@@ -51,8 +51,15 @@ With -c the commands (separated by ';') run without a prompt; the exit status is
 1 as soon as one fails. -o json prints the responses as JSON (protojson; qmp
 replies as QEMU sent them).
 
-kemuctl shell VMI (reaching a VMI's launcher by name in a cluster) needs the
-node agent's cluster support and is not available yet.`,
+kemuctl shell VMI runs the shell in the VMI's launcher Pod (container compute,
+through the Kubernetes exec API: the user needs create on pods/exec) as
+  kemuctl shell --socket ` + remoteSocket + `
+with -c and -o passed on; stdin, stdout and stderr pass through and the exit
+status is the remote shell's (1 when the VMI's launcher cannot be reached).
+Without -c on a terminal, the remote shell gets a terminal too (line editing,
+completion, Ctrl-C). The cluster is the one of --kubeconfig, else $KUBECONFIG,
+else ~/.kube/config (or the in-cluster config); the namespace is -n, else the
+kubeconfig context's.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			errOut := cmd.ErrOrStderr()
@@ -67,10 +74,7 @@ node agent's cluster support and is not available yet.`,
 					fmt.Fprintln(errOut, "kemuctl shell: give either --socket PATH or a VMI name, not both")
 					return exitError{2}
 				}
-				fmt.Fprintf(errOut, "kemuctl shell: reaching the launcher of VMI %q by name needs the cluster support "+
-					"of the node agent (issue 9), which kemu does not have yet; attach to a launcher socket "+
-					"instead with kemuctl shell --socket PATH (kemuctl run prints its \"launcher socket: PATH\")\n", args[0])
-				return exitError{2}
+				return runVMIShell(cmd, kubeconfig, namespace, args[0], commands, output == "json", cmd.Flags().Changed("command"))
 			}
 			if socket == "" {
 				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
@@ -82,6 +86,8 @@ node agent's cluster support and is not available yet.`,
 	cmd.Flags().StringVar(&socket, "socket", "", "the launcher's command socket")
 	cmd.Flags().StringVarP(&commands, "command", "c", "", "run these commands (separated by ';') and exit")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with VMI: the VMI's namespace (default: the kubeconfig context's)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "with VMI: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	return cmd
 }
 

@@ -365,7 +365,7 @@ func TestShellArguments(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"by name", []string{"shell", "myvm"}, 2, `reaching the launcher of VMI "myvm" by name needs the cluster support of the node agent`},
+		{"by name without a cluster", []string{"shell", "myvm", "--kubeconfig", "/nonexistent/kubeconfig"}, 1, "kemuctl shell: kubeconfig: "},
 		{"name and socket", []string{"shell", "--socket", sock, "myvm"}, 2, "either --socket PATH or a VMI name"},
 		{"nothing", []string{"shell"}, 2, "--socket PATH is required"},
 		{"bad output", []string{"shell", "--socket", sock, "-o", "yaml", "-c", "status"}, 2, `-o "yaml"`},

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/controller/template"
+	"github.com/kemu-dev/kemu/launcher/cmdserver"
+)
+
+// The launcher image's kemuctl and the launcher's command socket, as the
+// compute container sees them.
+const remoteKemuctl = "/usr/bin/kemuctl"
+
+var remoteSocket = path.Join(template.SocketsDir, cmdserver.SocketName)
+
+// consoleDetachGrace is how long kemuctl console waits, after Ctrl-], for
+// the remote kemuctl to leave by itself before it closes the stream.
+const consoleDetachGrace = 2 * time.Second
+
+// remoteShellArgv is the command run in the launcher Pod's compute
+// container for kemuctl shell VMI: the launcher image's kemuctl on the
+// launcher socket. batch passes commands with -c (even when empty).
+func remoteShellArgv(commands string, batch, jsonOut bool) []string {
+	argv := []string{remoteKemuctl, "shell", "--socket", remoteSocket}
+	if batch {
+		argv = append(argv, "-c", commands)
+	}
+	if jsonOut {
+		argv = append(argv, "-o", "json")
+	}
+	return argv
+}
+
+// remoteConsoleArgv is the command run for kemuctl console VMI: the
+// shell's console command, which streams the Console RPC between its
+// stdin/stdout (pipes here: no terminal in the container) and the launcher,
+// leaving at Ctrl-] or, once its stdin ended, when the output is quiet.
+func remoteConsoleArgv() []string { return remoteShellArgv("console", true, false) }
+
+func newConsoleCommand() *cobra.Command {
+	var namespace, kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "console VMI [-n NAMESPACE] [--kubeconfig FILE]",
+		Short: "Attach to a VirtualMachineInstance's serial console",
+		Long: `console attaches the terminal to the guest's serial console: it runs
+` + "`kemuctl shell --socket " + remoteSocket + " -c console`" + ` in the
+VMI's launcher Pod (container ` + template.ComputeContainer + `) through the Kubernetes exec API (the user
+needs create on pods/exec) and passes stdin and stdout through. On a terminal,
+stdin is put in raw mode and Ctrl-] leaves; from a pipe, the console is left
+once the input ended and the guest's output is quiet.
+
+The cluster is the one of --kubeconfig, else $KUBECONFIG, else ~/.kube/config
+(or the in-cluster config); the namespace is -n, else the kubeconfig context's.
+The exit status is 1 when the console cannot be reached (the VMI not found, not
+running, no launcher Pod), the remote kemuctl's otherwise; 2 for a usage error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runVMIConsole(cmd, kubeconfig, namespace, args[0])
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the VMI's namespace (default: the kubeconfig context's)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	return cmd
+}
+
+// vmiTarget is a VMI's launcher Pod, reachable with exec.
+type vmiTarget struct {
+	cfg  *rest.Config
+	kube kubernetes.Interface
+	vmi  *v1.VirtualMachineInstance
+	pod  *corev1.Pod
+	ref  string
+}
+
+// findLauncher finds a VMI's launcher Pod and checks that exec can reach
+// its compute container. needGuest also asks for the VMI to be Running (the
+// console needs a guest; the shell also helps before and after boot).
+func findLauncher(ctx context.Context, kubeconfig, namespace, name string, needGuest bool) (*vmiTarget, error) {
+	cfg, ns, err := kubeConfig(kubeconfig, namespace)
+	if err != nil {
+		return nil, err
+	}
+	t := &vmiTarget{cfg: cfg, ref: fmt.Sprintf("VMI %s/%s", ns, name)}
+	kemu, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if t.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, vmOpTimeout)
+	defer cancel()
+	t.vmi, err = kemu.KemuV1alpha1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%s not found", t.ref)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.ref, err)
+	}
+	podName := t.vmi.Status.LauncherPod
+	if podName == "" {
+		// Created but not yet reported: the name is fixed per VMI.
+		podName = template.PodName(t.vmi)
+	}
+	if t.vmi.Status.Phase.IsFinal() {
+		return nil, fmt.Errorf("%s is not running (phase %s)", t.ref, t.vmi.Status.Phase)
+	}
+	t.pod, err = t.kube.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%s has no launcher Pod (%s not found; VMI phase %s)", t.ref, podName, phaseOf(t.vmi))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: its launcher Pod %s: %w", t.ref, podName, err)
+	}
+	return t, t.check(needGuest)
+}
+
+func phaseOf(vmi *v1.VirtualMachineInstance) string {
+	if vmi.Status.Phase == "" {
+		return "none yet"
+	}
+	return string(vmi.Status.Phase)
+}
+
+// check refuses a Pod that is not the VMI's running launcher.
+func (t *vmiTarget) check(needGuest bool) error {
+	if got := t.pod.Labels[template.CreatedByLabel]; got != string(t.vmi.UID) {
+		return fmt.Errorf("%s: Pod %s is not its launcher (label %s is %q, not the VMI's UID %s)",
+			t.ref, t.pod.Name, template.CreatedByLabel, got, t.vmi.UID)
+	}
+	if t.pod.DeletionTimestamp != nil {
+		return fmt.Errorf("%s is stopping (its launcher Pod %s is being deleted)", t.ref, t.pod.Name)
+	}
+	if t.pod.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("%s is not running (its launcher Pod %s is %s)", t.ref, t.pod.Name, t.pod.Status.Phase)
+	}
+	running := false
+	for _, cs := range t.pod.Status.ContainerStatuses {
+		if cs.Name == template.ComputeContainer && cs.State.Running != nil {
+			running = true
+		}
+	}
+	if !running {
+		return fmt.Errorf("%s is not running (container %s of its launcher Pod %s is not running)",
+			t.ref, template.ComputeContainer, t.pod.Name)
+	}
+	if needGuest && t.vmi.Status.Phase != v1.Running {
+		return fmt.Errorf("%s is not running (phase %s)", t.ref, phaseOf(t.vmi))
+	}
+	return nil
+}
+
+// execStreams are what an exec passes through.
+type execStreams struct {
+	in          io.Reader // nil: no stdin
+	out, errOut io.Writer
+	tty         bool // a terminal in the container (stderr then joins stdout)
+	sizes       remotecommand.TerminalSizeQueue
+}
+
+// exec runs argv in the launcher Pod's compute container; the remote exit
+// status comes back as a utilexec.ExitError.
+func (t *vmiTarget) exec(ctx context.Context, argv []string, s execStreams) error {
+	req := t.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.pod.Namespace).Name(t.pod.Name).
+		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
+		Container: template.ComputeContainer,
+		Command:   argv,
+		Stdin:     s.in != nil,
+		Stdout:    true,
+		Stderr:    !s.tty,
+		TTY:       s.tty,
+	}, scheme.ParameterCodec)
+	// As kubectl exec: WebSocket first, SPDY where the WebSocket upgrade
+	// fails (older apiservers, proxies).
+	spdy, err := remotecommand.NewSPDYExecutor(t.cfg, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(t.cfg, "GET", req.URL().String())
+	if err != nil {
+		return err
+	}
+	executor, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return err
+	}
+	opts := remotecommand.StreamOptions{Stdin: s.in, Stdout: s.out, Tty: s.tty, TerminalSizeQueue: s.sizes}
+	if !s.tty {
+		opts.Stderr = s.errOut
+	}
+	return executor.StreamWithContext(ctx, opts)
+}
+
+// execResult turns an exec's error into kemuctl's exit: the remote
+// command's status, else 1 with a message.
+func (t *vmiTarget) execResult(verb string, errOut io.Writer, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee utilexec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		if ee.ExitStatus() == 0 {
+			return nil
+		}
+		return exitError{ee.ExitStatus()}
+	}
+	fmt.Fprintf(errOut, "kemuctl %s: %s: exec in its launcher Pod %s: %v\n", verb, t.ref, t.pod.Name, err)
+	return exitError{1}
+}
+
+func runVMIConsole(cmd *cobra.Command, kubeconfig, namespace, name string) error {
+	errOut := cmd.ErrOrStderr()
+	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, true)
+	if err != nil {
+		fmt.Fprintf(errOut, "kemuctl console: %v\n", err)
+		return exitError{1}
+	}
+	in := &escapeReader{r: cmd.InOrStdin(), escaped: make(chan struct{})}
+	if f, ok := cmd.InOrStdin().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd := int(f.Fd())
+		old, err := term.MakeRaw(fd)
+		if err == nil {
+			defer func() { _ = term.Restore(fd, old) }()
+		}
+		fmt.Fprintf(errOut, "connected to the serial console of %s; Ctrl-] leaves\r\n", t.ref)
+		defer fmt.Fprint(errOut, "\r\nleft the serial console\r\n")
+	}
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	go func() {
+		// The remote kemuctl leaves at the Ctrl-] it was sent; if it
+		// does not, close the stream.
+		select {
+		case <-in.escaped:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-time.After(consoleDetachGrace):
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = t.exec(ctx, remoteConsoleArgv(), execStreams{in: in, out: cmd.OutOrStdout(), errOut: errOut})
+	if err != nil && in.wasEscaped() && ctx.Err() != nil {
+		return nil
+	}
+	return t.execResult("console", errOut, err)
+}
+
+// escapeReader passes r through up to and including the first Ctrl-] (so
+// that the remote console leaves at once), then ends.
+type escapeReader struct {
+	r       io.Reader
+	once    sync.Once
+	escaped chan struct{}
+}
+
+func (e *escapeReader) Read(p []byte) (int, error) {
+	if e.wasEscaped() {
+		return 0, io.EOF
+	}
+	n, err := e.r.Read(p)
+	for i := range n {
+		if p[i] == consoleEscape {
+			e.once.Do(func() { close(e.escaped) })
+			return i + 1, nil
+		}
+	}
+	return n, err
+}
+
+func (e *escapeReader) wasEscaped() bool {
+	select {
+	case <-e.escaped:
+		return true
+	default:
+		return false
+	}
+}
+
+// runVMIShell is kemuctl shell VMI: the shell runs in the launcher Pod, on
+// a terminal there when this one is interactive on one.
+func runVMIShell(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error {
+	errOut := cmd.ErrOrStderr()
+	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, false)
+	if err != nil {
+		fmt.Fprintf(errOut, "kemuctl shell: %v\n", err)
+		return exitError{1}
+	}
+	s := execStreams{in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: errOut}
+	inFile, inOK := s.in.(*os.File)
+	outFile, outOK := s.out.(*os.File)
+	if !batch && inOK && outOK && term.IsTerminal(int(inFile.Fd())) && term.IsTerminal(int(outFile.Fd())) {
+		// The prompt with line editing and completion: a terminal in
+		// the container, this one raw (Ctrl-C reaches the remote shell).
+		fd := int(inFile.Fd())
+		if old, err := term.MakeRaw(fd); err == nil {
+			defer func() { _ = term.Restore(fd, old) }()
+		}
+		sizes := newTermSizes(int(outFile.Fd()))
+		defer sizes.stop()
+		s.tty, s.sizes = true, sizes
+	}
+	err = t.exec(cmd.Context(), remoteShellArgv(commands, batch, jsonOut), s)
+	return t.execResult("shell", errOut, err)
+}
+
+// termSizes reports a terminal's size, first at once and then on SIGWINCH.
+type termSizes struct {
+	fd    int
+	sig   chan os.Signal
+	sizes chan remotecommand.TerminalSize
+	done  chan struct{}
+}
+
+func newTermSizes(fd int) *termSizes {
+	s := &termSizes{fd: fd, sig: make(chan os.Signal, 1), sizes: make(chan remotecommand.TerminalSize, 1), done: make(chan struct{})}
+	signal.Notify(s.sig, syscall.SIGWINCH)
+	s.sig <- syscall.SIGWINCH // the first size
+	go func() {
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-s.sig:
+			}
+			w, h, err := term.GetSize(s.fd)
+			if err != nil {
+				continue
+			}
+			select {
+			case s.sizes <- remotecommand.TerminalSize{Width: uint16(w), Height: uint16(h)}:
+			case <-s.done:
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// Next implements remotecommand.TerminalSizeQueue; nil ends it.
+func (s *termSizes) Next() *remotecommand.TerminalSize {
+	select {
+	case size := <-s.sizes:
+		return &size
+	case <-s.done:
+		return nil
+	}
+}
+
+func (s *termSizes) stop() {
+	signal.Stop(s.sig)
+	close(s.done)
+}
