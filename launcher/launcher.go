@@ -587,6 +587,11 @@ func (l *Launcher) followEvents() {
 			l.state.set(func(d *Domain) { d.Reason, d.Message = ReasonGuestPanicked, ev.String("action") })
 		case "RESET":
 			klog.InfoS("Guest reset", "guest", ev.String("guest"), "reason", ev.String("reason"))
+			l.dropAgent() // the guest's agent starts over with the guest
+		case "VSERPORT_CHANGE":
+			if ev.String("open") == "false" {
+				l.dropAgent() // the guest closed its agent port
+			}
 		}
 	}
 }
@@ -831,6 +836,19 @@ func (l *Launcher) Console() (<-chan []byte, io.Writer, func(), error) {
 
 // ConsoleLog is the path of the bounded serial console log.
 func (l *Launcher) ConsoleLog() string { return filepath.Join(l.cfg.Dir, "console.log") }
+
+// dropAgent forgets the guest agent connection: the next Agent call dials
+// and resynchronises again, and the domain says it is not connected.
+func (l *Launcher) dropAgent() {
+	l.mu.Lock()
+	a := l.agent
+	l.agent = nil
+	l.mu.Unlock()
+	if a != nil {
+		a.Close()
+	}
+	l.state.set(func(d *Domain) { d.AgentConnected = false })
+}
 
 // Agent returns a connection to the guest agent, connecting (and
 // synchronising) if needed. AgentConnected follows the outcome.

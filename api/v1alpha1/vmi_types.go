@@ -15,6 +15,7 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=vmi;vmis,categories=kemu;all
+// +kubebuilder:selectablefield:JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.interfaces[0].ipAddress`

@@ -1,11 +1,13 @@
-// kemu-nodeagent is kemu's per-node agent (a DaemonSet). This version runs
-// the node's half of the device story: the kubelet device plugins for
-// /dev/kvm (only when the KVM probe booted a guest under KVM),
-// /dev/net/tun and /dev/vhost-net, and the node heartbeat — labels
-// kemu.dev/kvm and kemu.dev/schedulable (true once every plugin is
+// kemu-nodeagent is kemu's per-node agent (a DaemonSet). It runs the
+// kubelet device plugins for /dev/kvm (only when the KVM probe booted a
+// guest under KVM), /dev/net/tun and /dev/vhost-net; the node heartbeat —
+// labels kemu.dev/kvm and kemu.dev/schedulable (true once every plugin is
 // registered with the kubelet, false on stop) and the kemu.dev/heartbeat
-// annotation. Reconciling the VMIs on the node comes with the node agent
-// issue (#9).
+// annotation; and the VMI controller of the node (nodeagent/vmi): it
+// connects to the launchers of the VMIs whose status.nodeName is this node
+// through their sockets under --kubelet-root, syncs them, mirrors their
+// domains into VMI status and applies pause, soft reboot and deletion.
+// /healthz and /metrics are served on --health-addr. See docs/nodeagent.md.
 package main
 
 import (
@@ -22,14 +24,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/devices/deviceplugin"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
+	"github.com/kemu-dev/kemu/nodeagent/vmi"
 )
 
 var version = "dev"
@@ -40,7 +45,7 @@ func run() int {
 	var (
 		nodeName, kubeconfig, kubeletRoot, pluginDir, probeKernel, probeInitrd, probeCache, qemu, healthAddr string
 		interval                                                                                             time.Duration
-		slots                                                                                                int
+		slots, workers                                                                                       int
 	)
 	fs := flag.NewFlagSet("kemu-nodeagent", flag.ContinueOnError)
 	fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
@@ -53,7 +58,8 @@ func run() int {
 	fs.StringVar(&probeInitrd, "probe-initrd", "/usr/share/kemu/probe/initrd.img", "initramfs of the KVM probe guest")
 	fs.StringVar(&probeCache, "probe-cache", "/var/lib/kemu/kvm-probe.json", "where the KVM probe's verdict is cached")
 	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
-	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz (empty: none)")
+	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz and /metrics (empty: none)")
+	fs.IntVar(&workers, "vmi-workers", 2, "VMIs reconciled in parallel")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -71,6 +77,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "kemu-nodeagent: --device-slots %d: must be at least 1\n", slots)
 		return 2
 	}
+	if workers < 1 {
+		fmt.Fprintf(os.Stderr, "kemu-nodeagent: --vmi-workers %d: must be at least 1\n", workers)
+		return 2
+	}
 	if pluginDir == "" {
 		pluginDir = filepath.Join(kubeletRoot, "device-plugins")
 	}
@@ -84,10 +94,20 @@ func run() int {
 		klog.ErrorS(err, "Kubernetes client")
 		return 2
 	}
+	kemuClient, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		klog.ErrorS(err, "kemu client")
+		return 2
+	}
+	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot})
+	if err != nil {
+		klog.ErrorS(err, "VMI controller")
+		return 2
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir)
+	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir, "kubeletRoot", kubeletRoot)
 
 	// The probe runs once per process (its verdict is also cached on disk
 	// with the kernel and QEMU versions); plugins and heartbeat share it.
@@ -113,9 +133,14 @@ func run() int {
 			return 1
 		}
 	}
+	// The VMI controller does not gate the rest: it waits for the CRDs and
+	// its caches on its own; launchers keep running when it stops.
+	vmiErr := make(chan error, 1)
+	go func() { vmiErr <- vmis.Run(ctx, workers) }()
 	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
 		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready})
-	err = errors.Join(hbErr, plugins.Stop())
+	stop() // heartbeat.Run also returns early on a bad configuration
+	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr)
 	if err != nil {
 		klog.ErrorS(err, "kemu-nodeagent stopped with errors")
 		return 1
@@ -132,7 +157,8 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // serveHealth answers /healthz: 200 once every device plugin of a healthy
-// device is registered with the kubelet, 503 before.
+// device is registered with the kubelet, 503 before; and /metrics (the VMI
+// controller's and launcher connections' counters, Go and process metrics).
 func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -146,6 +172,7 @@ func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.Handle("/metrics", promhttp.HandlerFor(vmi.Registry, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	go func() {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -29,7 +30,9 @@ import (
 // kubelet: its device plugins register (the Node's capacity shows
 // devices.kemu.dev/tun, and kvm only where the KVM probe boots a guest),
 // the Node gets kemu.dev/kvm, kemu.dev/schedulable=true and a heartbeat,
-// /healthz answers 200; on SIGTERM it exits 0 and the Node becomes
+// /healthz answers 200 and /metrics has the VMI controller's metrics (the
+// CRDs are not installed: the VMI controller waits without blocking the
+// rest); on SIGTERM it exits 0 and the Node becomes
 // unschedulable.
 func TestNodeAgentOnRealNode(t *testing.T) {
 	guest, err := testguest.Paths()
@@ -108,6 +111,17 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %s", resp.Status)
+	}
+	resp, err = http.Get("http://" + health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"kemu_nodeagent_launcher_connections", "go_goroutines"} {
+		if !bytes.Contains(metrics, []byte(m)) {
+			t.Errorf("/metrics has no %s", m)
+		}
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

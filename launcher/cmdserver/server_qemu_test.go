@@ -341,6 +341,17 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if _, err := c.Reset(ctx, &rpc.Empty{}); err != nil {
 		t.Fatal(err)
 	}
+	// The guest's agent starts over with the guest: no longer connected.
+	for end := time.Now().Add(stepTimeout); ; {
+		d, err := c.GetDomain(ctx, &rpc.Empty{})
+		if err == nil && !d.GetDomain().GetAgentConnected() {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("agent still connected after a reset: %v %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	sr, err := c.Shutdown(ctx, &rpc.ShutdownRequest{GracePeriodSeconds: 90})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,294 @@
+// Package vmi is the node agent's VMI controller (KubeVirt's virt-handler
+// VM controller): it reconciles the VirtualMachineInstances whose
+// status.nodeName is this node with their launchers.
+//
+// For each VMI it finds the launcher Pod (status.activePods, else the Pod
+// labelled kemu.dev/created-by=<vmi uid>), the Pod's sockets emptyDir on the
+// host (<kubelet-root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/sockets),
+// waits for launcher.sock (the launcher's readiness signal), connects, calls
+// Sync with the VMI (again whenever metadata.generation changes; on a running
+// launcher Sync is a no-op), follows WatchDomain (resuming from the last seq
+// after a broken stream) and writes the domain's state into the VMI's status
+// (ApplyStatus). It turns the kemu.dev/paused and kemu.dev/soft-reboot
+// annotations into Pause/Unpause and a soft reboot, and a deleted VMI (or a
+// terminating launcher Pod) into Shutdown with the VMI's grace period, then
+// Kill. A launcher that vanishes without a final state fails the VMI
+// (reason LauncherGone).
+//
+// Shape (sample-controller): informer handlers only enqueue namespace/name
+// keys; workers run the idempotent sync. Slow RPCs (Sync, Shutdown) and the
+// domain watch run in per-launcher goroutines that enqueue the key when they
+// learn something. Status is written through the status subresource only
+// when it changed, re-read and recomputed on a conflict.
+package vmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
+	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// Launcher Pod labels (controller/template; the node agent does not import
+// the cluster controllers).
+const (
+	appLabel       = "kemu.dev/app"
+	appLauncher    = "launcher"
+	createdByLabel = "kemu.dev/created-by"
+	vmiNameLabel   = "kemu.dev/vmi-name"
+)
+
+// Defaults.
+const (
+	// DefaultSocketPoll is how often a VMI waiting for its launcher's socket
+	// is looked at again.
+	DefaultSocketPoll = time.Second
+	// DefaultGuestInfoInterval is how often the guest agent is asked for
+	// OS info and interfaces while it is connected.
+	DefaultGuestInfoInterval = time.Minute
+	// DefaultAgentProbeInterval is how often the guest agent is pinged
+	// while it is not connected and the guest runs.
+	DefaultAgentProbeInterval = 5 * time.Second
+	agentProbeTimeout         = 3 * time.Second
+	rpcTimeout                = 10 * time.Second
+	syncTimeout               = 6 * time.Minute
+)
+
+// Config are New's inputs.
+type Config struct {
+	KubeClient kubernetes.Interface
+	KemuClient versioned.Interface
+	// NodeName is this node: the VMIs with this status.nodeName are
+	// reconciled.
+	NodeName string
+	// KubeletRoot is the kubelet's --root-dir (launcher sockets live under
+	// its pods/ folder).
+	KubeletRoot string
+	// Resync is the informers' resync period (0 = none).
+	Resync time.Duration
+	// SocketPoll, GuestInfoInterval and AgentProbeInterval: see the
+	// defaults.
+	SocketPoll         time.Duration
+	GuestInfoInterval  time.Duration
+	AgentProbeInterval time.Duration
+}
+
+// Controller is the node agent's VMI controller.
+type Controller struct {
+	cfg   Config
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	vmiLister kemulisters.VirtualMachineInstanceLister
+	podLister corelisters.PodLister
+
+	mu     sync.Mutex
+	vmis   map[string]*vmiState
+	runCtx context.Context
+
+	// written holds, per key, the resourceVersion our last status write
+	// replaced: a cache still at that version is stale.
+	written sync.Map
+}
+
+// New checks the configuration; Run starts the informers and workers.
+func New(cfg Config) (*Controller, error) {
+	var errs []error
+	if cfg.KubeClient == nil || cfg.KemuClient == nil {
+		errs = append(errs, errors.New("vmi: Kubernetes and kemu clients are required"))
+	}
+	if cfg.NodeName == "" {
+		errs = append(errs, errors.New("vmi: NodeName is required"))
+	}
+	if cfg.KubeletRoot == "" {
+		errs = append(errs, errors.New("vmi: KubeletRoot is required"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if cfg.SocketPoll <= 0 {
+		cfg.SocketPoll = DefaultSocketPoll
+	}
+	if cfg.GuestInfoInterval <= 0 {
+		cfg.GuestInfoInterval = DefaultGuestInfoInterval
+	}
+	if cfg.AgentProbeInterval <= 0 {
+		cfg.AgentProbeInterval = DefaultAgentProbeInterval
+	}
+	return &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeagent-vmi"}),
+		vmis: map[string]*vmiState{},
+	}, nil
+}
+
+// Run watches this node's VMIs and launcher Pods and reconciles them with
+// workers until ctx ends; it then closes every launcher connection (the
+// VMs keep running) and returns nil. It returns an error if the caches
+// cannot sync.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("node", c.cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	c.mu.Lock()
+	c.runCtx = ctx
+	c.mu.Unlock()
+
+	nodeSel := fields.OneTermEqualSelector("status.nodeName", c.cfg.NodeName).String()
+	serverSide, err := c.fieldSelectorWorks(ctx, nodeSel)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil // stopped while waiting for the CRD
+	}
+	if !serverSide {
+		logger.Info("The VMI CRD has no selectable field status.nodeName: watching every VMI and filtering here")
+	}
+	kemuFactory := kemuinformers.NewSharedInformerFactoryWithOptions(c.cfg.KemuClient, c.cfg.Resync,
+		kemuinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			if serverSide {
+				o.FieldSelector = nodeSel
+			}
+		}))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(c.cfg.KubeClient, c.cfg.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = appLabel + "=" + appLauncher
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", c.cfg.NodeName).String()
+		}))
+	vmiInf := kemuFactory.Kemu().V1alpha1().VirtualMachineInstances()
+	podInf := podFactory.Core().V1().Pods()
+	c.vmiLister, c.podLister = vmiInf.Lister(), podInf.Lister()
+	if _, err := vmiInf.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			vmi, ok := obj.(*v1.VirtualMachineInstance)
+			return ok && vmi.Status.NodeName == c.cfg.NodeName
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueVMI,
+			UpdateFunc: func(_, obj any) { c.enqueueVMI(obj) },
+			DeleteFunc: c.enqueueVMI,
+		},
+	}); err != nil {
+		return err
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueuePod,
+		UpdateFunc: func(_, obj any) { c.enqueuePod(obj) },
+		DeleteFunc: c.enqueuePod,
+	}); err != nil {
+		return err
+	}
+	kemuFactory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	defer kemuFactory.Shutdown()
+	defer podFactory.Shutdown()
+	if !cache.WaitForNamedCacheSync("nodeagent-vmi", ctx.Done(), vmiInf.Informer().HasSynced, podInf.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("vmi: caches did not sync")
+	}
+	logger.Info("Node agent VMI controller started", "workers", workers, "kubeletRoot", c.cfg.KubeletRoot)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	c.closeAll()
+	logger.Info("Node agent VMI controller stopped")
+	return nil
+}
+
+// fieldSelectorWorks asks whether the API server filters VMIs by
+// status.nodeName (the CRD declares it a selectable field); it waits for the
+// CRD to exist.
+func (c *Controller) fieldSelectorWorks(ctx context.Context, sel string) (bool, error) {
+	var serverSide bool
+	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances("").List(ctx,
+			metav1.ListOptions{FieldSelector: sel, Limit: 1})
+		switch {
+		case err == nil:
+			serverSide = true
+			return true, nil
+		case apierrors.IsBadRequest(err):
+			return true, nil
+		}
+		klog.FromContext(ctx).Error(err, "Listing VMIs (is the kemu.dev CRD installed?); retrying")
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return false, nil
+	}
+	return serverSide, err
+}
+
+func (c *Controller) enqueueVMI(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueuePod(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Labels[vmiNameLabel] == "" {
+		return
+	}
+	c.queue.Add(pod.Namespace + "/" + pod.Labels[vmiNameLabel])
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	after, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		reconciles.WithLabelValues("error").Inc()
+		klog.FromContext(ctx).Error(err, "Reconciling VMI", "vmi", key)
+		c.queue.AddRateLimited(key)
+	default:
+		reconciles.WithLabelValues("success").Inc()
+		c.queue.Forget(key)
+		if after > 0 {
+			c.queue.AddAfter(key, after)
+		}
+	}
+	return true
+}

@@ -1,0 +1,99 @@
+package vmi
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
+)
+
+// vmiState is what the node agent holds about one VMI's launcher in
+// memory. A restarted node agent rebuilds it from the launcher.
+type vmiState struct {
+	key    string
+	vmiUID types.UID
+
+	// Set once connected; never changed after.
+	ctx    context.Context
+	cancel context.CancelFunc
+	client *launcherclient.Client
+	info   *rpc.InfoResponse
+
+	mu        sync.Mutex
+	domain    *rpc.Domain
+	gone      string
+	syncing   bool
+	syncedGen int64 // metadata.generation last synced (0: none)
+	synced    bool
+	syncErr   string
+	guest     *rpc.GuestInfoResponse
+	guestAt   time.Time
+	probing   bool      // a GuestPing is under way
+	probedAt  time.Time // when the last GuestPing ended
+	shutdown  bool      // Shutdown (then Kill) started
+	rebooted  string    // the kemu.dev/soft-reboot value acted on
+}
+
+// setDomain keeps the newest domain (RPC answers may be older than the
+// stream).
+func (s *vmiState) setDomain(d *rpc.Domain) {
+	if d == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.domain == nil || d.GetSeq() >= s.domain.GetSeq() {
+		s.domain = d
+	}
+}
+
+func (s *vmiState) getDomain() *rpc.Domain {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.domain
+}
+
+// setGone records that the launcher vanished, unless it reported its end.
+func (s *vmiState) setGone(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.domain != nil && s.domain.GetState() == stateShutoff {
+		return
+	}
+	if s.gone == "" {
+		s.gone = msg
+	}
+}
+
+func (s *vmiState) isGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone != ""
+}
+
+func (s *vmiState) observation(now time.Time) Observation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := Observation{Domain: s.domain, Guest: s.guest, Synced: s.synced, SyncError: s.syncErr, Gone: s.gone,
+		Now: metav1.NewTime(now)}
+	if s.info != nil {
+		o.LauncherVersion = s.info.GetLauncherVersion()
+	}
+	return o
+}
+
+// close ends the goroutines and the connection (the VM keeps running).
+func (s *vmiState) close() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.client != nil {
+		_ = s.client.Close()
+		launcherConnections.Dec()
+	}
+}

@@ -1,0 +1,396 @@
+package vmi
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/launcher/rpc"
+)
+
+// Domain states and reasons the launcher reports (launcher/state.go).
+const (
+	stateStarting     = "Starting"
+	stateRunning      = "Running"
+	statePaused       = "Paused"
+	stateShuttingDown = "ShuttingDown"
+	stateShutoff      = "Shutoff"
+	stateMigrating    = "Migrating"
+
+	domainReasonUser          = "User"
+	domainReasonIOError       = "IOError"
+	domainReasonStartPaused   = "StartStrategyPaused"
+	domainReasonMigration     = "Migration"
+	domainReasonGuestShutdown = "GuestShutdown"
+	domainReasonHostRequest   = "HostRequest"
+	domainReasonCrashed       = "Crashed"
+	domainReasonFailedToStart = "FailedToStart"
+	domainReasonGuestPanicked = "GuestPanicked"
+)
+
+// Reasons the node agent writes into status.reason and its conditions.
+const (
+	// Phase reasons (status.reason).
+	ReasonGuestShutdown = "GuestShutdown" // Succeeded: the guest powered off
+	ReasonCrashed       = "Crashed"       // QEMU ended on its own, not by a guest power-off
+	ReasonFailedToStart = "FailedToStart" // QEMU never ran the guest
+	ReasonKilled        = "Killed"        // the host stopped QEMU (quit/SIGKILL) before the guest powered off
+	ReasonGuestPanicked = "GuestPanicked" // the guest panicked and QEMU ended
+	ReasonStopped       = "Stopped"       // Shutoff for a reason kemu does not know
+	ReasonLauncherGone  = "LauncherGone"  // the launcher vanished without a final state
+
+	// Condition reasons.
+	ReasonPausedByUser      = "PausedByUser"
+	ReasonPausedIOError     = "PausedIOError"
+	ReasonPausedStart       = "PausedStartStrategy"
+	ReasonPausedMigration   = "PausedMigration"
+	ReasonPausedUnknown     = "PausedUnknown"
+	ReasonNotRunning        = "GuestNotRunning" // Ready False while starting or shutting down
+	ReasonPaused            = "Paused"          // Ready False while paused
+	ReasonTCG               = "TCG"             // SoftwareEmulation True
+	ReasonDeviceCgroup      = "DeviceCgroup"    // DevicesConfined True
+	ReasonNoDeviceCgroup    = "NoDeviceCgroup"  // DevicesConfined False
+	ReasonSynced            = "Synced"          // Synchronized True
+	ReasonSyncFailed        = "SyncFailed"      // Synchronized False: the launcher refused the VMI
+	ReasonAgentConnected    = "AgentConnected"
+	InfoSourceDomain        = "domain"
+	InfoSourceGuestAgent    = "guest-agent"
+	InfoSourceDomainAndAgnt = "domain, guest-agent"
+)
+
+// SELinuxNone is status.selinuxContext when QEMU runs without a label.
+const SELinuxNone = "none"
+
+// Observation is what the node agent knows about one VMI's launcher; the
+// input of ApplyStatus.
+type Observation struct {
+	// Domain is the latest state from WatchDomain (or an RPC answer); nil
+	// until the first one arrives.
+	Domain *rpc.Domain
+	// Guest is the last GuestInfo answer while the agent is connected; nil
+	// when not fetched (yet) in this process.
+	Guest *rpc.GuestInfoResponse
+	// LauncherVersion is Info's launcher_version.
+	LauncherVersion string
+	// Synced: Sync succeeded on this launcher. SyncError: it failed, and
+	// the launcher does not run what the VMI asks (FailedPrecondition, ...).
+	Synced    bool
+	SyncError string
+	// Gone is set when the launcher vanished (Pod, socket or process gone)
+	// without reporting a final state: the message.
+	Gone string
+	// Now stamps transitions.
+	Now metav1.Time
+}
+
+// running is the set of states in which QEMU runs the guest.
+func running(state string) bool {
+	switch state {
+	case stateRunning, statePaused, stateShuttingDown, stateMigrating:
+		return true
+	}
+	return false
+}
+
+// ApplyStatus updates the node agent's part of a VMI's status from what it
+// observed: phase (Running, Succeeded, Failed; never Pending or Scheduled),
+// reason, phase transition timestamps, the conditions Ready, Paused,
+// AgentConnected, SoftwareEmulation, DevicesConfined and Synchronized (its
+// own reasons), interfaces, guestOSInfo and selinuxContext. Fields the
+// controller owns are not touched, and a final VMI is left alone. It is
+// idempotent: applied twice to the same observation, nothing changes (no
+// timestamps move), so the caller writes only real changes.
+func ApplyStatus(vmi *v1.VirtualMachineInstance, o Observation) {
+	st := &vmi.Status
+	if st.Phase.IsFinal() {
+		return
+	}
+	if o.Synced || o.SyncError != "" {
+		syncedCondition(vmi, o)
+	}
+	if o.Gone != "" && (o.Domain == nil || o.Domain.GetState() != stateShutoff) {
+		finish(vmi, v1.Failed, ReasonLauncherGone, o.Gone, o.Now)
+		return
+	}
+	d := o.Domain
+	if d == nil {
+		return
+	}
+	switch state := d.GetState(); {
+	case state == stateShutoff:
+		phase, reason := finalPhase(d)
+		msg := d.GetMessage()
+		if d.GetExited() && !strings.Contains(msg, "status") {
+			msg = strings.TrimSpace(fmt.Sprintf("%s (QEMU exit code %d)", msg, d.GetExitCode()))
+		}
+		finish(vmi, phase, reason, msg, o.Now)
+		return
+	case running(state):
+		if st.Phase != v1.Running {
+			setPhase(vmi, v1.Running, o.Now)
+			st.Reason = ""
+		}
+		readyCondition(vmi, d, o.Now)
+	case state == stateStarting:
+		// Still Scheduled: nothing to report but the accelerator.
+	}
+
+	pausedCondition(vmi, d, o.Now)
+	if d.GetAgentConnected() {
+		setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceAgentConnected,
+			Status: corev1.ConditionTrue, Reason: ReasonAgentConnected}, o.Now)
+	} else {
+		removeCondition(vmi, v1.VirtualMachineInstanceAgentConnected)
+	}
+	switch d.GetAccelerator() {
+	case "tcg":
+		msg := "the guest runs under TCG (software emulation): KVM is not available"
+		if v := d.GetQemuVersion(); v != "" {
+			msg = "QEMU " + v + ": " + msg
+		}
+		setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceSoftwareEmulation,
+			Status: corev1.ConditionTrue, Reason: ReasonTCG, Message: msg}, o.Now)
+	case "":
+	default:
+		removeCondition(vmi, v1.VirtualMachineInstanceSoftwareEmulation)
+	}
+	if !running(d.GetState()) {
+		return
+	}
+	if cg := d.GetDeviceCgroup(); cg != "" {
+		setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceDevicesConfined,
+			Status: corev1.ConditionTrue, Reason: ReasonDeviceCgroup, Message: "QEMU runs in device cgroup " + cg}, o.Now)
+	} else {
+		setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceDevicesConfined,
+			Status: corev1.ConditionFalse, Reason: ReasonNoDeviceCgroup,
+			Message: "QEMU runs without its cgroup v2 device allowlist"}, o.Now)
+	}
+	st.SelinuxContext = d.GetSelinuxContext()
+	if st.SelinuxContext == "" {
+		st.SelinuxContext = SELinuxNone
+	}
+	if d.GetAgentConnected() && o.Guest == nil {
+		// Not asked yet in this process (a restarted node agent): keep what
+		// an earlier run reported instead of flapping.
+		return
+	}
+	var guest *rpc.GuestInfoResponse
+	if d.GetAgentConnected() {
+		guest = o.Guest
+		st.GuestOSInfo = guestOSInfo(guest)
+	}
+	st.Interfaces = Interfaces(d.GetInterfaces(), guest)
+}
+
+// finalPhase maps a Shutoff domain to Succeeded (the guest powered off) or
+// Failed with a reason.
+func finalPhase(d *rpc.Domain) (v1.VirtualMachineInstancePhase, string) {
+	switch d.GetReason() {
+	case domainReasonGuestShutdown:
+		return v1.Succeeded, ReasonGuestShutdown
+	case domainReasonCrashed:
+		return v1.Failed, ReasonCrashed
+	case domainReasonFailedToStart:
+		return v1.Failed, ReasonFailedToStart
+	case domainReasonHostRequest:
+		return v1.Failed, ReasonKilled
+	case domainReasonGuestPanicked:
+		return v1.Failed, ReasonGuestPanicked
+	}
+	return v1.Failed, ReasonStopped
+}
+
+// finish moves the VMI to a final phase: Ready False with the reason, no
+// Paused or AgentConnected.
+func finish(vmi *v1.VirtualMachineInstance, phase v1.VirtualMachineInstancePhase, reason, msg string, now metav1.Time) {
+	setPhase(vmi, phase, now)
+	vmi.Status.Reason = reason
+	setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceReady,
+		Status: corev1.ConditionFalse, Reason: reason, Message: msg}, now)
+	removeCondition(vmi, v1.VirtualMachineInstancePaused)
+	removeCondition(vmi, v1.VirtualMachineInstanceAgentConnected)
+}
+
+func readyCondition(vmi *v1.VirtualMachineInstance, d *rpc.Domain, now metav1.Time) {
+	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}
+	switch d.GetState() {
+	case statePaused:
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonPaused, "the guest is paused"
+	case stateShuttingDown:
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonNotRunning, "the guest is shutting down"
+	}
+	setCondition(vmi, c, now)
+}
+
+func pausedCondition(vmi *v1.VirtualMachineInstance, d *rpc.Domain, now metav1.Time) {
+	if d.GetState() != statePaused {
+		removeCondition(vmi, v1.VirtualMachineInstancePaused)
+		return
+	}
+	reason := ReasonPausedUnknown
+	switch d.GetReason() {
+	case domainReasonUser:
+		reason = ReasonPausedByUser
+	case domainReasonIOError:
+		reason = ReasonPausedIOError
+	case domainReasonStartPaused:
+		reason = ReasonPausedStart
+	case domainReasonMigration:
+		reason = ReasonPausedMigration
+	}
+	setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstancePaused,
+		Status: corev1.ConditionTrue, Reason: reason, Message: d.GetMessage()}, now)
+}
+
+// syncedCondition: True with the launcher, QEMU and accelerator (KubeVirt
+// has no status field for them), False when the launcher refused the VMI.
+func syncedCondition(vmi *v1.VirtualMachineInstance, o Observation) {
+	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceSynchronized}
+	if o.SyncError != "" {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonSyncFailed, o.SyncError
+	} else {
+		c.Status, c.Reason = corev1.ConditionTrue, ReasonSynced
+		var parts []string
+		if d := o.Domain; d != nil && d.GetQemuVersion() != "" {
+			parts = append(parts, "QEMU "+d.GetQemuVersion())
+		}
+		if d := o.Domain; d != nil && d.GetAccelerator() != "" {
+			parts = append(parts, "accelerator "+d.GetAccelerator())
+		}
+		if o.LauncherVersion != "" {
+			parts = append(parts, "launcher "+o.LauncherVersion)
+		}
+		c.Message = strings.Join(parts, ", ")
+	}
+	setCondition(vmi, c, o.Now)
+}
+
+func guestOSInfo(g *rpc.GuestInfoResponse) v1.VirtualMachineInstanceGuestOSInfo {
+	return v1.VirtualMachineInstanceGuestOSInfo{
+		Name: g.GetOsName(), KernelRelease: g.GetKernelRelease(), Version: g.GetOsVersion(),
+		PrettyName: g.GetOsPrettyName(), VersionID: g.GetOsVersionId(), KernelVersion: g.GetKernelVersion(),
+		Machine: g.GetMachine(), ID: g.GetOsId(),
+	}
+}
+
+// Interfaces merges the launcher's view of the guest's NICs (the VMI
+// interface names, MACs and the pod IPs the cluster reaches them on) with
+// the guest agent's (the names inside the guest and the guest's own
+// addresses), matched by MAC. A NIC both know is "domain, guest-agent" and
+// keeps the domain's IPs when it has any (masquerade: the guest's 10.0.2.2
+// is not reachable from the cluster); NICs only the agent reports (not
+// loopback) follow with "guest-agent". Addresses drop their prefix length.
+func Interfaces(dom []*rpc.DomainInterface, guest *rpc.GuestInfoResponse) []v1.VirtualMachineInstanceNetworkInterface {
+	byMAC := map[string]*rpc.GuestInterface{}
+	for _, g := range guest.GetInterfaces() {
+		if g.GetMac() != "" {
+			byMAC[strings.ToLower(g.GetMac())] = g
+		}
+	}
+	used := map[*rpc.GuestInterface]bool{}
+	var out []v1.VirtualMachineInstanceNetworkInterface
+	for _, d := range dom {
+		i := v1.VirtualMachineInstanceNetworkInterface{Name: d.GetName(), MAC: d.GetMac(), InfoSource: InfoSourceDomain}
+		i.IPAddresses = stripPrefixes(d.GetIpAddresses())
+		if g := byMAC[strings.ToLower(d.GetMac())]; g != nil && d.GetMac() != "" {
+			used[g] = true
+			i.InterfaceName, i.InfoSource = g.GetName(), InfoSourceDomainAndAgnt
+			if len(i.IPAddresses) == 0 {
+				i.IPAddresses = stripPrefixes(g.GetIpAddresses())
+			}
+		}
+		if len(i.IPAddresses) > 0 {
+			i.IPAddress = i.IPAddresses[0]
+		}
+		out = append(out, i)
+	}
+	for _, g := range guest.GetInterfaces() {
+		if used[g] || g.GetName() == "lo" || isLoopbackOnly(g) {
+			continue
+		}
+		i := v1.VirtualMachineInstanceNetworkInterface{MAC: g.GetMac(), InterfaceName: g.GetName(),
+			InfoSource: InfoSourceGuestAgent, IPAddresses: stripPrefixes(g.GetIpAddresses())}
+		if len(i.IPAddresses) > 0 {
+			i.IPAddress = i.IPAddresses[0]
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+func isLoopbackOnly(g *rpc.GuestInterface) bool {
+	if len(g.GetIpAddresses()) == 0 {
+		return strings.Trim(g.GetMac(), "0:") == ""
+	}
+	for _, ip := range g.GetIpAddresses() {
+		if !strings.HasPrefix(ip, "127.") && !strings.HasPrefix(ip, "::1/") && ip != "::1" {
+			return false
+		}
+	}
+	return true
+}
+
+func stripPrefixes(ips []string) []string {
+	if len(ips) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		if i := strings.IndexByte(ip, '/'); i >= 0 {
+			ip = ip[:i]
+		}
+		out = append(out, ip)
+	}
+	return out
+}
+
+// setPhase sets the phase and records when it was entered.
+func setPhase(vmi *v1.VirtualMachineInstance, phase v1.VirtualMachineInstancePhase, now metav1.Time) {
+	if vmi.Status.Phase == phase {
+		return
+	}
+	vmi.Status.Phase = phase
+	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
+		v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now})
+}
+
+// setCondition replaces the condition of cond's type; times move only when
+// something changed (the transition time only with the status).
+func setCondition(vmi *v1.VirtualMachineInstance, cond v1.VirtualMachineInstanceCondition, now metav1.Time) {
+	for i := range vmi.Status.Conditions {
+		old := &vmi.Status.Conditions[i]
+		if old.Type != cond.Type {
+			continue
+		}
+		if old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
+			return
+		}
+		cond.LastTransitionTime = old.LastTransitionTime
+		if old.Status != cond.Status {
+			cond.LastTransitionTime = now
+		}
+		cond.LastProbeTime = now
+		*old = cond
+		return
+	}
+	cond.LastTransitionTime, cond.LastProbeTime = now, now
+	vmi.Status.Conditions = append(vmi.Status.Conditions, cond)
+}
+
+func removeCondition(vmi *v1.VirtualMachineInstance, typ v1.VirtualMachineInstanceConditionType) {
+	out := vmi.Status.Conditions[:0:0]
+	for _, c := range vmi.Status.Conditions {
+		if c.Type != typ {
+			out = append(out, c)
+		}
+	}
+	if len(out) != len(vmi.Status.Conditions) {
+		vmi.Status.Conditions = out
+		if len(out) == 0 {
+			vmi.Status.Conditions = nil
+		}
+	}
+}

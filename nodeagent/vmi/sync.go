@@ -1,0 +1,553 @@
+package vmi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
+)
+
+// sync reconciles one VMI; it returns when to look again (0: on the next
+// event).
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	vmi, err := c.vmiLister.VirtualMachineInstances(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.drop(key)
+		c.written.Delete(key)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if vmi.Status.NodeName != c.cfg.NodeName || vmi.Status.Phase.IsFinal() {
+		// Not (or no longer) ours to run, or over: let the launcher go.
+		c.drop(key)
+		return 0, nil
+	}
+	if rv, ok := c.written.Load(key); ok {
+		if rv == vmi.ResourceVersion {
+			// Our last status write is not in the cache yet; its event
+			// requeues us.
+			return 5 * time.Second, nil
+		}
+		c.written.Delete(key)
+	}
+	logger := klog.FromContext(ctx).WithValues("vmi", key)
+	ctx = klog.NewContext(ctx, logger)
+	st := c.state(key, vmi.UID)
+	pod, podUID := c.launcherPod(vmi)
+	deleting := vmi.DeletionTimestamp != nil || (pod != nil && pod.DeletionTimestamp != nil)
+
+	var after time.Duration
+	if st.client == nil && !st.isGone() {
+		if after, err = c.connect(ctx, st, vmi, pod, podUID); err != nil {
+			return 0, err
+		}
+	}
+	if st.client != nil {
+		switch {
+		case deleting:
+			c.startShutdown(ctx, st, vmi)
+		default:
+			c.ensureSynced(ctx, st, vmi)
+			a, err := c.desiredState(ctx, st, vmi)
+			if err != nil {
+				return 0, err
+			}
+			after = minPositive(after, a)
+		}
+	}
+	if err := c.updateStatus(ctx, vmi, st.observation(time.Now())); err != nil {
+		return 0, err
+	}
+	return after, nil
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 {
+		return b
+	}
+	if b <= 0 || a < b {
+		return a
+	}
+	return b
+}
+
+// state returns the VMI's state, replacing one of an earlier VMI of the
+// same name.
+func (c *Controller) state(key string, uid types.UID) *vmiState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.vmis[key]; ok {
+		if st.vmiUID == uid {
+			return st
+		}
+		st.close()
+	}
+	st := &vmiState{key: key, vmiUID: uid}
+	c.vmis[key] = st
+	return st
+}
+
+// drop forgets a VMI and closes its launcher connection.
+func (c *Controller) drop(key string) {
+	c.mu.Lock()
+	st, ok := c.vmis[key]
+	delete(c.vmis, key)
+	c.mu.Unlock()
+	if ok {
+		st.close()
+	}
+}
+
+func (c *Controller) closeAll() {
+	c.mu.Lock()
+	all := c.vmis
+	c.vmis = map[string]*vmiState{}
+	c.mu.Unlock()
+	for _, st := range all {
+		st.close()
+	}
+}
+
+// launcherPod finds the VMI's launcher Pod on this node: the one
+// status.launcherPod names, else any of its Pods here; without one in the
+// cache, the UID status.activePods records for this node.
+func (c *Controller) launcherPod(vmi *v1.VirtualMachineInstance) (*corev1.Pod, types.UID) {
+	pods, _ := c.podLister.Pods(vmi.Namespace).List(labels.SelectorFromSet(labels.Set{createdByLabel: string(vmi.UID)}))
+	var best *corev1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName != c.cfg.NodeName {
+			continue
+		}
+		if p.Name == vmi.Status.LauncherPod {
+			return p, p.UID
+		}
+		if best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time) {
+			best = p
+		}
+	}
+	if best != nil {
+		return best, best.UID
+	}
+	var uids []string
+	for uid, node := range vmi.Status.ActivePods {
+		if node == c.cfg.NodeName {
+			uids = append(uids, string(uid))
+		}
+	}
+	if len(uids) == 0 {
+		return nil, ""
+	}
+	slices.Sort(uids)
+	return nil, types.UID(uids[0])
+}
+
+// connect waits for the launcher's socket and connects to it. A VMI that
+// was Running whose launcher is no longer there is marked gone.
+func (c *Controller) connect(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, pod *corev1.Pod, podUID types.UID) (time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	wasRunning := vmi.Status.Phase == v1.Running
+	if podUID == "" {
+		if wasRunning {
+			st.setGone(fmt.Sprintf("no launcher Pod of the VMI on node %s", c.cfg.NodeName))
+			return 0, nil
+		}
+		return c.cfg.SocketPoll, nil // the controller has not recorded the Pod yet
+	}
+	sock := launcherclient.SocketPath(c.cfg.KubeletRoot, podUID)
+	if !launcherclient.Ready(sock) {
+		if !wasRunning {
+			return c.cfg.SocketPoll, nil
+		}
+		if _, err := os.Stat(launcherclient.SocketsDir(c.cfg.KubeletRoot, podUID)); err != nil && pod != nil {
+			// The Pod is there but its volume is not where we look: a wrong
+			// --kubelet-root must not fail running VMs.
+			logger.Error(err, "The launcher Pod's sockets volume is missing; is --kubelet-root right?", "pod", klog.KObj(pod))
+			return 10 * c.cfg.SocketPoll, nil
+		}
+		st.setGone(fmt.Sprintf("the launcher's socket %s is gone", sock))
+		return 0, nil
+	}
+	ctx, cancel := context.WithCancel(c.baseCtx())
+	client, info, err := launcherclient.Dial(ctx, sock)
+	if err != nil {
+		cancel()
+		launcherConnects.WithLabelValues("error").Inc()
+		if aerr := launcherclient.Alive(sock); errors.Is(aerr, launcherclient.ErrGone) && wasRunning {
+			st.setGone(fmt.Sprintf("the launcher does not answer on %s: %v", sock, aerr))
+			return 0, nil
+		}
+		return 0, err
+	}
+	launcherConnects.WithLabelValues("success").Inc()
+	launcherConnections.Inc()
+	st.ctx, st.cancel, st.client, st.info = ctx, cancel, client, info
+	logger.Info("Connected to the launcher", "socket", sock, "launcherVersion", info.GetLauncherVersion(), "api", info.GetVersion())
+	go c.follow(st, logger)
+	return 0, nil
+}
+
+// baseCtx is Run's context: launcher goroutines live until Run ends (or
+// the VMI is dropped), not for one sync.
+func (c *Controller) baseCtx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runCtx == nil {
+		return context.Background()
+	}
+	return c.runCtx
+}
+
+// follow mirrors the launcher's domain changes into st until the domain is
+// Shutoff, the launcher is gone or st is closed.
+func (c *Controller) follow(st *vmiState, logger klog.Logger) {
+	err := st.client.Follow(st.ctx, 0, func(d *rpc.Domain) {
+		logger.V(2).Info("Domain changed", "state", d.GetState(), "reason", d.GetReason(), "seq", d.GetSeq(),
+			"agentConnected", d.GetAgentConnected())
+		st.setDomain(d)
+		c.queue.Add(st.key)
+	}, func(err error) {
+		watchReconnects.Inc()
+		logger.Info("WatchDomain broke; resuming", "err", err)
+	})
+	switch {
+	case errors.Is(err, launcherclient.ErrGone):
+		logger.Info("The launcher is gone", "err", err)
+		st.setGone(err.Error())
+	case err != nil && st.ctx.Err() == nil:
+		logger.Error(err, "Following the domain")
+	}
+	c.queue.Add(st.key)
+}
+
+// vmiJSON is what Sync sends: identity and spec (the launcher decodes
+// strictly and compares specs).
+func vmiJSON(vmi *v1.VirtualMachineInstance) ([]byte, error) {
+	out := &v1.VirtualMachineInstance{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance"},
+		ObjectMeta: metav1.ObjectMeta{Name: vmi.Name, Namespace: vmi.Namespace, UID: vmi.UID,
+			Labels: vmi.Labels, Annotations: vmi.Annotations},
+		Spec: *vmi.Spec.DeepCopy(),
+	}
+	return json.Marshal(out)
+}
+
+// ensureSynced calls Sync (in the background: the first one starts the VM)
+// once per metadata.generation. On a running launcher it is a no-op that
+// only checks the spec.
+func (c *Controller) ensureSynced(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance) {
+	st.mu.Lock()
+	if st.syncing || st.syncedGen == vmi.Generation || (st.domain != nil && st.domain.GetState() == stateShutoff) {
+		st.mu.Unlock()
+		return
+	}
+	st.syncing = true
+	st.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	b, err := vmiJSON(vmi)
+	if err != nil {
+		st.mu.Lock()
+		st.syncing, st.syncedGen, st.syncErr = false, vmi.Generation, err.Error()
+		st.mu.Unlock()
+		return
+	}
+	gen := vmi.Generation
+	go func() {
+		sctx, cancel := context.WithTimeout(st.ctx, syncTimeout)
+		defer cancel()
+		start := time.Now()
+		resp, err := st.client.Sync(sctx, &rpc.SyncRequest{VmiJson: b})
+		countRPC("Sync", err)
+		st.mu.Lock()
+		st.syncing = false
+		switch code := status.Code(err); {
+		case err == nil:
+			st.syncedGen, st.synced, st.syncErr = gen, true, ""
+		case code == codes.InvalidArgument || code == codes.FailedPrecondition || code == codes.Aborted:
+			// Will not change until the spec does.
+			st.syncedGen, st.synced, st.syncErr = gen, false, status.Convert(err).Message()
+		}
+		st.mu.Unlock()
+		if err != nil {
+			logger.Error(err, "Sync")
+			if st.ctx.Err() == nil && status.Code(err) != codes.InvalidArgument && status.Code(err) != codes.FailedPrecondition &&
+				status.Code(err) != codes.Aborted {
+				c.queue.AddAfter(st.key, 2*time.Second)
+			}
+		} else {
+			st.setDomain(resp.GetDomain())
+			logger.Info("Synced the VMI with its launcher", "action", resp.GetAction(), "took", time.Since(start).Round(time.Millisecond))
+		}
+		c.queue.Add(st.key)
+	}()
+}
+
+// desiredState applies the annotations (pause, soft reboot) and refreshes
+// the guest agent's information.
+func (c *Controller) desiredState(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance) (time.Duration, error) {
+	d := st.getDomain()
+	if d == nil || !running(d.GetState()) {
+		return 0, nil
+	}
+	logger := klog.FromContext(ctx)
+	want := vmi.Annotations[v1.VMIPausedAnnotation]
+	switch {
+	case want == "true" && d.GetState() == stateRunning:
+		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		_, err := st.client.Pause(rctx, &rpc.Empty{})
+		cancel()
+		countRPC("Pause", err)
+		if err != nil && status.Code(err) != codes.FailedPrecondition {
+			return 0, fmt.Errorf("pause: %w", err)
+		}
+		logger.Info("Paused the guest", "annotation", v1.VMIPausedAnnotation)
+	case want != "true" && d.GetState() == statePaused &&
+		(d.GetReason() == domainReasonUser || (d.GetReason() == domainReasonStartPaused && want == "false")):
+		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		_, err := st.client.Unpause(rctx, &rpc.Empty{})
+		cancel()
+		countRPC("Unpause", err)
+		if err != nil && status.Code(err) != codes.FailedPrecondition {
+			return 0, fmt.Errorf("unpause: %w", err)
+		}
+		logger.Info("Unpaused the guest", "annotation", v1.VMIPausedAnnotation)
+	}
+	if err := c.softReboot(ctx, st, vmi, d); err != nil {
+		return 0, err
+	}
+	return c.refreshGuestInfo(ctx, st, d), nil
+}
+
+// ctrlAltDel is QMP send-key Ctrl+Alt+Delete on the guest's keyboard.
+const ctrlAltDel = `{"execute":"send-key","arguments":{"keys":[{"type":"qcode","data":"ctrl"},{"type":"qcode","data":"alt"},{"type":"qcode","data":"delete"}]}}`
+
+// softReboot acts once on each kemu.dev/soft-reboot value that differs
+// from kemu.dev/soft-reboot-done, then records it there. The launcher has
+// no RPC to reach the guest agent's guest-shutdown, so the request is
+// Ctrl+Alt+Delete on the guest's keyboard (QMP send-key through the Qmp
+// pass-through): the guest OS reboots itself as on a console three-finger
+// salute. (ACPI has no reboot button; system_reset would be a hard reset.)
+func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, d *rpc.Domain) error {
+	req := vmi.Annotations[v1.VMISoftRebootAnnotation]
+	if req == "" || req == vmi.Annotations[v1.VMISoftRebootDoneAnnotation] {
+		return nil
+	}
+	st.mu.Lock()
+	done := st.rebooted == req
+	st.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if !done {
+		if d.GetState() != stateRunning {
+			return nil // paused or shutting down: later
+		}
+		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		resp, err := st.client.Qmp(rctx, &rpc.QmpRequest{CommandJson: ctrlAltDel})
+		cancel()
+		if err == nil && strings.Contains(resp.GetReplyJson(), `"error"`) {
+			err = fmt.Errorf("QEMU: %s", resp.GetReplyJson())
+		}
+		countRPC("Qmp", err)
+		if err != nil {
+			return fmt.Errorf("soft reboot: %w", err)
+		}
+		st.mu.Lock()
+		st.rebooted = req
+		st.mu.Unlock()
+		logger.Info("Soft reboot requested (Ctrl+Alt+Delete)", "request", req)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{v1.VMISoftRebootDoneAnnotation: req}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name,
+		types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// refreshGuestInfo follows the guest agent. The launcher learns whether
+// the agent answers only when asked, so while it is not connected (and the
+// guest runs) a GuestPing goes out every AgentProbeInterval in the
+// background; once connected, GuestInfo (OS info, interfaces) is asked at
+// most every GuestInfoInterval, and a failing one is followed by a GuestPing
+// so that a lost agent shows. It returns when to look again.
+func (c *Controller) refreshGuestInfo(ctx context.Context, st *vmiState, d *rpc.Domain) time.Duration {
+	if !d.GetAgentConnected() {
+		st.mu.Lock()
+		st.guest = nil
+		st.mu.Unlock()
+		if d.GetState() != stateRunning {
+			return 0
+		}
+		return c.probeAgent(ctx, st)
+	}
+	st.mu.Lock()
+	age := time.Since(st.guestAt)
+	have := st.guest != nil
+	st.mu.Unlock()
+	if have && age < c.cfg.GuestInfoInterval {
+		return c.cfg.GuestInfoInterval - age
+	}
+	rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	g, err := st.client.GuestInfo(rctx, &rpc.Empty{})
+	cancel()
+	countRPC("GuestInfo", err)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("GuestInfo failed; keeping the last answer", "err", err)
+		st.mu.Lock()
+		st.probedAt = time.Time{}
+		st.mu.Unlock()
+		c.probeAgent(ctx, st)
+		return c.cfg.AgentProbeInterval
+	}
+	st.mu.Lock()
+	st.guest, st.guestAt = g, time.Now()
+	st.mu.Unlock()
+	return c.cfg.GuestInfoInterval
+}
+
+// probeAgent sends one GuestPing in the background unless one is under way
+// or the last was less than AgentProbeInterval ago. The launcher updates
+// the domain's agent_connected from the outcome (and the watch brings it).
+func (c *Controller) probeAgent(ctx context.Context, st *vmiState) time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if wait := c.cfg.AgentProbeInterval - time.Since(st.probedAt); st.probing || wait > 0 {
+		return max(wait, c.cfg.AgentProbeInterval/2)
+	}
+	st.probing = true
+	logger := klog.FromContext(ctx)
+	go func() {
+		pctx, cancel := context.WithTimeout(st.ctx, agentProbeTimeout)
+		_, err := st.client.GuestPing(pctx, &rpc.Empty{})
+		cancel()
+		countRPC("GuestPing", err)
+		st.mu.Lock()
+		st.probing, st.probedAt = false, time.Now()
+		st.mu.Unlock()
+		if err != nil {
+			logger.V(4).Info("The guest agent does not answer (yet)", "err", err)
+		}
+	}()
+	return c.cfg.AgentProbeInterval
+}
+
+// startShutdown shuts the guest down (once) when the VMI or its Pod is
+// being deleted: Shutdown with the VMI's grace period (ACPI power button
+// until it ends, then quit, then kill, in the launcher), and Kill if the
+// domain is not Shutoff after that. A grace period of 0 kills at once.
+func (c *Controller) startShutdown(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance) {
+	st.mu.Lock()
+	if st.shutdown || st.domain == nil || st.domain.GetState() == stateShutoff || st.gone != "" {
+		st.mu.Unlock()
+		return
+	}
+	st.shutdown = true
+	st.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	var grace int64 = -1
+	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	logger.Info("Shutting the guest down", "gracePeriodSeconds", grace, "vmiDeleting", vmi.DeletionTimestamp != nil)
+	go func() {
+		defer c.queue.Add(st.key)
+		var final *rpc.Domain
+		if grace != 0 {
+			wait := time.Duration(max(grace, v1.DefaultTerminationGracePeriodSeconds))*time.Second + time.Minute
+			sctx, cancel := context.WithTimeout(st.ctx, wait)
+			resp, err := st.client.Shutdown(sctx, &rpc.ShutdownRequest{GracePeriodSeconds: max(grace, 0)})
+			cancel()
+			countRPC("Shutdown", err)
+			if err != nil {
+				logger.Error(err, "Shutdown")
+			} else {
+				final = resp.GetDomain()
+			}
+		}
+		if final == nil || final.GetState() != stateShutoff {
+			kctx, cancel := context.WithTimeout(st.ctx, 30*time.Second)
+			resp, err := st.client.Kill(kctx, &rpc.Empty{})
+			cancel()
+			countRPC("Kill", err)
+			if err != nil {
+				logger.Error(err, "Kill")
+				return
+			}
+			final = resp.GetDomain()
+		}
+		st.setDomain(final)
+		logger.Info("The guest is off", "state", final.GetState(), "reason", final.GetReason(), "message", final.GetMessage())
+	}()
+}
+
+// updateStatus applies the observation to the VMI and writes the status
+// if it changed; on a conflict it re-reads the VMI and recomputes, so the
+// controller's fields written in between are kept.
+func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o Observation) error {
+	client := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace)
+	key := vmi.Namespace + "/" + vmi.Name
+	cur := vmi.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		before := cur.Status.DeepCopy()
+		ApplyStatus(cur, o)
+		if equality.Semantic.DeepEqual(before, &cur.Status) {
+			return nil
+		}
+		_, err := client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			statusWrites.WithLabelValues("success").Inc()
+			c.written.Store(key, cur.ResourceVersion)
+			if before.Phase != cur.Status.Phase {
+				klog.FromContext(ctx).Info("VMI phase changed", "from", before.Phase, "to", cur.Status.Phase,
+					"reason", cur.Status.Reason)
+			} else {
+				klog.FromContext(ctx).V(2).Info("VMI status updated")
+			}
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 4 {
+			statusWrites.WithLabelValues("error").Inc()
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("updating the status of %s: %w", key, err)
+		}
+		statusWrites.WithLabelValues("conflict").Inc()
+		fresh, gerr := client.Get(ctx, vmi.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) {
+			return nil
+		}
+		if gerr != nil {
+			return gerr
+		}
+		cur = fresh
+	}
+}

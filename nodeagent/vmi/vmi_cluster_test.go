@@ -1,0 +1,555 @@
+//go:build cluster && qemu
+
+package vmi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
+	"github.com/kemu-dev/kemu/test/cluster"
+	"github.com/kemu-dev/kemu/test/testguest"
+)
+
+// One control plane (etcd + kube-apiserver, no kubelet) for the package:
+// the tests play the VMI controller (status.nodeName, launcherPod,
+// activePods) and the kubelet (the Pod's sockets volume under a fake
+// kubelet root, the real kemu-launcher binary in it).
+var env struct {
+	c           *cluster.Cluster
+	kube        kubernetes.Interface
+	kemu        versioned.Interface
+	launcherBin string
+	repoRoot    string
+	imageCache  string
+}
+
+const (
+	testNode  = "node-1"
+	finalizer = "kemu.dev/foregroundDeleteVirtualMachine"
+	// Boots take 7–8 s under TCG here; the limits only catch hangs.
+	bootTimeout = 2 * time.Minute
+)
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	ctx := context.Background()
+	klog.InitFlags(nil)
+	_ = flag.Set("v", "2") // the node agent's domain changes and RPC outcomes
+	flag.Parse()
+	fail := func(what string, err error) int {
+		fmt.Fprintln(os.Stderr, what+":", err)
+		return 1
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return fail("repo root", err)
+	}
+	env.repoRoot = root
+	if _, err := testguest.Paths(); err != nil {
+		return fail("test guest (make testguest)", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "_out/testguest/oci/containerdisk")); err != nil {
+		return fail("test guest containerDisk (make testguest)", err)
+	}
+	tmp, err := os.MkdirTemp("", "kemu-nodeagent-test")
+	if err != nil {
+		return fail("temp dir", err)
+	}
+	defer os.RemoveAll(tmp)
+	env.launcherBin = filepath.Join(tmp, "kemu-launcher")
+	env.imageCache = filepath.Join(tmp, "images")
+	build := exec.Command("go", "build", "-o", env.launcherBin, "./cmd/kemu-launcher")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fail("go build ./cmd/kemu-launcher", fmt.Errorf("%v\n%s", err, out))
+	}
+	c, err := cluster.Start(ctx, cluster.Options{})
+	if err != nil {
+		return fail("starting the test cluster (make k8s)", err)
+	}
+	defer c.Stop()
+	env.c = c
+	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
+		return fail("installing CRDs", fmt.Errorf("%v: %s", err, stderr))
+	}
+	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
+		"crd/virtualmachineinstances.kemu.dev"); err != nil {
+		return fail("waiting for CRDs", fmt.Errorf("%v: %s", err, stderr))
+	}
+	env.kube = kubernetes.NewForConfigOrDie(c.RESTConfig())
+	env.kemu = versioned.NewForConfigOrDie(c.RESTConfig())
+	return m.Run()
+}
+
+// agent is one node agent (VMI controller) run in the test process.
+type agent struct {
+	c      *Controller
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startAgent(t *testing.T, kubeletRoot string) *agent {
+	t.Helper()
+	c, err := New(Config{KubeClient: env.kube, KemuClient: env.kemu, NodeName: testNode, KubeletRoot: kubeletRoot,
+		SocketPoll: 200 * time.Millisecond, GuestInfoInterval: 10 * time.Second, AgentProbeInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &agent{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { a.done <- c.Run(ctx, 2) }()
+	t.Cleanup(a.stop)
+	return a
+}
+
+func (a *agent) stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	a.cancel = nil
+	<-a.done
+}
+
+// vm is a VMI with its Pod object and a real launcher process.
+type vm struct {
+	name    string
+	vmi     *v1.VirtualMachineInstance
+	podUID  types.UID
+	sockets string // the launcher's --sockets-dir (short path)
+	cmd     *exec.Cmd
+	exited  chan error
+	log     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const vmiYAML = `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: %s, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 60
+  domain:
+    memory: {guest: 192Mi}
+    devices:
+      autoattachPodInterface: false
+      disks:
+      - {name: root, disk: {bus: virtio}}
+  volumes:
+  - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
+`
+
+// startVM does what the controller and the kubelet would: the VMI (with
+// the controller's finalizer), its launcher Pod bound to testNode, the
+// VMI's status up to Scheduled, the Pod's sockets volume under kubeletRoot
+// (a symlink to a short directory: the host path is longer than a unix
+// socket path may be, as under /var/lib/kubelet) and kemu-launcher in it,
+// waiting for Sync.
+func startVM(t *testing.T, ctx context.Context, kubeletRoot, name string) *vm {
+	t.Helper()
+	var in v1.VirtualMachineInstance
+	if err := yamlToJSON(fmt.Sprintf(vmiYAML, name), &in); err != nil {
+		t.Fatal(err)
+	}
+	in.Finalizers = []string{finalizer}
+	vmis := env.kemu.KemuV1alpha1().VirtualMachineInstances("default")
+	created, err := vmis.Create(ctx, &in, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "virt-launcher-" + name, Namespace: "default", Labels: map[string]string{
+			appLabel: appLauncher, createdByLabel: string(created.UID), vmiNameLabel: name}},
+		Spec: corev1.PodSpec{NodeName: testNode, Containers: []corev1.Container{{Name: "compute", Image: "kemu.local/launcher:test"}}},
+	}
+	pod, err = env.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled, NodeName: testNode, LauncherPod: pod.Name,
+		ActivePods: map[types.UID]string{pod.UID: testNode},
+		PhaseTransitionTimestamps: []v1.VirtualMachineInstancePhaseTransitionTimestamp{
+			{Phase: v1.Pending, PhaseTransitionTimestamp: metav1.Now()}, {Phase: v1.Scheduling, PhaseTransitionTimestamp: metav1.Now()},
+			{Phase: v1.Scheduled, PhaseTransitionTimestamp: metav1.Now()}}}
+	created, err = vmis.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := os.MkdirTemp("", "kl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	sockets := filepath.Join(short, "s")
+	hostDir := launcherclient.SocketsDir(kubeletRoot, pod.UID)
+	if err := os.MkdirAll(filepath.Dir(hostDir), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(sockets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sockets, hostDir); err != nil {
+		t.Fatal(err)
+	}
+	v := &vm{name: name, vmi: created, podUID: pod.UID, sockets: sockets, exited: make(chan error, 1), log: &syncBuffer{}}
+	v.cmd = exec.Command(env.launcherBin, "--sockets-dir", sockets, "--runtime-dir", filepath.Join(short, "run"),
+		"--image-cache", env.imageCache, "--base-dir", env.repoRoot, "--accel", "tcg", "--pod-network=false", "-v", "2")
+	v.cmd.Stdout, v.cmd.Stderr = v.log, v.log
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := v.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { v.exited <- v.cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-v.exited:
+		default:
+			_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+			<-v.exited
+		}
+		if t.Failed() || os.Getenv("KEMU_TEST_LAUNCHER_LOG") != "" {
+			t.Logf("launcher %s log (tail):\n%s", name, tail(v.log.String(), 40))
+		}
+		_ = vmis.Delete(context.Background(), name, metav1.DeleteOptions{})
+		if cur, err := vmis.Get(context.Background(), name, metav1.GetOptions{}); err == nil && len(cur.Finalizers) > 0 {
+			cur.Finalizers = nil
+			_, _ = vmis.Update(context.Background(), cur, metav1.UpdateOptions{})
+		}
+		_ = env.kube.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	return v
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func yamlToJSON(y string, out any) error {
+	b, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// launcherDomain asks the launcher directly (as kemuctl shell would).
+func (v *vm) domain(t *testing.T, ctx context.Context) *rpc.Domain {
+	t.Helper()
+	c, _, err := launcherclient.Dial(ctx, filepath.Join(v.sockets, launcherclient.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.GetDomain(ctx, &rpc.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.GetDomain()
+}
+
+func condition(vmi *v1.VirtualMachineInstance, typ v1.VirtualMachineInstanceConditionType) *v1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == typ {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func condIs(vmi *v1.VirtualMachineInstance, typ v1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus) bool {
+	c := condition(vmi, typ)
+	return c != nil && c.Status == status
+}
+
+// waitVMI polls the VMI until ok; it fails the test on timeout, showing
+// the last status.
+func waitVMI(t *testing.T, ctx context.Context, name, what string, timeout time.Duration, ok func(*v1.VirtualMachineInstance) bool) (*v1.VirtualMachineInstance, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	var last *v1.VirtualMachineInstance
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		vmi, err := env.kemu.KemuV1alpha1().VirtualMachineInstances("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = vmi
+		return ok(vmi), nil
+	})
+	if err != nil {
+		b, _ := json.MarshalIndent(last, "", "  ")
+		t.Fatalf("%s: %s never happened (%v); last VMI:\n%s", name, what, err, b)
+	}
+	took := time.Since(start).Round(10 * time.Millisecond)
+	t.Logf("%s: %s after %s", name, what, took)
+	return last, took
+}
+
+func patchVMI(t *testing.T, ctx context.Context, name string, patch string) {
+	t.Helper()
+	if _, err := env.kemu.KemuV1alpha1().VirtualMachineInstances("default").Patch(ctx, name, types.MergePatchType,
+		[]byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLifecycle runs one VM through the node agent: Running with its
+// conditions (SoftwareEmulation, Synchronized, DevicesConfined, then
+// AgentConnected with guestOSInfo), pause and unpause through the
+// annotation, a node agent restart while the VM runs (same QEMU, not one
+// VMI write, let alone a phase change), a soft reboot through the
+// annotation (the guest resets, the done annotation is written), and
+// deletion: ACPI shutdown, Succeeded, the launcher exits 0.
+func TestLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	kubeletRoot := t.TempDir()
+	a := startAgent(t, kubeletRoot)
+	v := startVM(t, ctx, kubeletRoot, "life")
+
+	vmi, _ := waitVMI(t, ctx, v.name, "Running", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue)
+	})
+	if c := condition(vmi, v1.VirtualMachineInstanceSoftwareEmulation); c == nil || c.Status != corev1.ConditionTrue || c.Reason != ReasonTCG {
+		t.Errorf("SoftwareEmulation %+v", c)
+	}
+	if c := condition(vmi, v1.VirtualMachineInstanceDevicesConfined); c == nil {
+		t.Error("no DevicesConfined condition")
+	} else {
+		t.Logf("DevicesConfined %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	if vmi.Status.SelinuxContext == "" {
+		t.Error("no selinuxContext")
+	}
+	if n := len(vmi.Status.PhaseTransitionTimestamps); n != 4 || vmi.Status.PhaseTransitionTimestamps[3].Phase != v1.Running {
+		t.Errorf("phase transitions %+v", vmi.Status.PhaseTransitionTimestamps)
+	}
+	vmi, _ = waitVMI(t, ctx, v.name, "Synchronized with the QEMU version", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		c := condition(vmi, v1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "QEMU ") && strings.Contains(c.Message, "accelerator tcg")
+	})
+	t.Logf("Synchronized: %s", condition(vmi, v1.VirtualMachineInstanceSynchronized).Message)
+	vmi, _ = waitVMI(t, ctx, v.name, "AgentConnected with guestOSInfo", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return condIs(vmi, v1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue) && vmi.Status.GuestOSInfo.ID != ""
+	})
+	t.Logf("guestOSInfo %+v, interfaces %+v", vmi.Status.GuestOSInfo, vmi.Status.Interfaces)
+
+	// Pause and unpause through the annotation.
+	patchVMI(t, ctx, v.name, `{"metadata":{"annotations":{"kemu.dev/paused":"true"}}}`)
+	waitVMI(t, ctx, v.name, "Paused", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		c := condition(vmi, v1.VirtualMachineInstancePaused)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == ReasonPausedByUser &&
+			condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionFalse) && vmi.Status.Phase == v1.Running
+	})
+	if d := v.domain(t, ctx); d.GetState() != "Paused" {
+		t.Errorf("launcher domain %v, want Paused", d)
+	}
+	patchVMI(t, ctx, v.name, `{"metadata":{"annotations":{"kemu.dev/paused":null}}}`)
+	vmi, _ = waitVMI(t, ctx, v.name, "unpaused", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return condition(vmi, v1.VirtualMachineInstancePaused) == nil && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue)
+	})
+
+	// Restart the node agent while the VM runs.
+	before := v.domain(t, ctx)
+	vmis := env.kemu.KemuV1alpha1().VirtualMachineInstances("default")
+	w, err := vmis.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + v.name, ResourceVersion: vmi.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	restart := time.Now()
+	a.stop()
+	a2 := startAgent(t, kubeletRoot)
+	// Wait until the new agent is connected and has seen the domain, then
+	// a little longer for any write it would make.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		a2.c.mu.Lock()
+		st := a2.c.vmis["default/"+v.name]
+		a2.c.mu.Unlock()
+		if st == nil {
+			return false, nil
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.domain != nil && st.synced && (!st.domain.GetAgentConnected() || st.guest != nil), nil
+	})
+	if err != nil {
+		t.Fatalf("the restarted node agent never caught up: %v", err)
+	}
+	t.Logf("restarted node agent resynced (Sync, domain, guest info) after %s", time.Since(restart).Round(10*time.Millisecond))
+	time.Sleep(3 * time.Second)
+	var events []string
+drain:
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if obj, ok := ev.Object.(*v1.VirtualMachineInstance); ok {
+				events = append(events, fmt.Sprintf("%s rv=%s phase=%s", ev.Type, obj.ResourceVersion, obj.Status.Phase))
+				if obj.Status.Phase != v1.Running || ev.Type != watch.Modified {
+					t.Errorf("phase flap during the restart: %s %s", ev.Type, obj.Status.Phase)
+				}
+			}
+		default:
+			break drain
+		}
+	}
+	if len(events) > 0 {
+		t.Errorf("the restarted node agent wrote the VMI %d times: %v", len(events), events)
+	}
+	after := v.domain(t, ctx)
+	if after.GetQemuPid() != before.GetQemuPid() || after.GetStartedUnixNano() != before.GetStartedUnixNano() || after.GetState() != "Running" {
+		t.Errorf("the VM changed across the restart: before %v, after %v", before, after)
+	}
+	t.Logf("QEMU pid %d before and after the restart", after.GetQemuPid())
+
+	// Soft reboot: acted on once (Ctrl+Alt+Delete through QMP), recorded
+	// in the done annotation; the guest resets itself.
+	patchVMI(t, ctx, v.name, `{"metadata":{"annotations":{"kemu.dev/soft-reboot":"r1"}}}`)
+	vmi, _ = waitVMI(t, ctx, v.name, "soft reboot recorded", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Annotations[v1.VMISoftRebootDoneAnnotation] == "r1"
+	})
+	if vmi.Status.Phase != v1.Running {
+		t.Errorf("phase %s after a soft reboot", vmi.Status.Phase)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(v.log.String(), `event="RESET" data={"guest":true`), nil
+	})
+	if err != nil {
+		t.Errorf("the guest did not reset after the soft reboot request")
+	}
+
+	// Deletion: ACPI shutdown, Succeeded.
+	start := time.Now()
+	if err := vmis.Delete(ctx, v.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vmi, _ = waitVMI(t, ctx, v.name, "Succeeded after deletion", 90*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase.IsFinal()
+	})
+	if vmi.Status.Phase != v1.Succeeded || vmi.Status.Reason != ReasonGuestShutdown {
+		t.Errorf("after deletion: phase %s reason %q, want Succeeded GuestShutdown", vmi.Status.Phase, vmi.Status.Reason)
+	}
+	if c := condition(vmi, v1.VirtualMachineInstanceAgentConnected); c != nil {
+		t.Errorf("AgentConnected %+v on a final VMI", c)
+	}
+	select {
+	case err := <-v.exited:
+		v.exited <- err
+		if err != nil {
+			t.Errorf("launcher exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the launcher did not exit after the guest powered off")
+	}
+	if !strings.Contains(v.log.String(), `event="POWERDOWN"`) {
+		t.Error("no ACPI power button press in the launcher log")
+	}
+	t.Logf("deletion → Succeeded in %s", time.Since(start).Round(10*time.Millisecond))
+	// The controller would drop its finalizer now that the Pod ends.
+	patchVMI(t, ctx, v.name, `{"metadata":{"finalizers":null}}`)
+}
+
+// TestPodTerminating: a launcher Pod being deleted (the kubelet has not
+// acted yet: there is none) makes the node agent shut the guest down
+// with the VMI's grace period: ACPI, Succeeded.
+func TestPodTerminating(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kubeletRoot := t.TempDir()
+	startAgent(t, kubeletRoot)
+	v := startVM(t, ctx, kubeletRoot, "podgone")
+	vmi, _ := waitVMI(t, ctx, v.name, "AgentConnected", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running && condIs(vmi, v1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue)
+	})
+	if err := env.kube.CoreV1().Pods("default").Delete(ctx, vmi.Status.LauncherPod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vmi, _ = waitVMI(t, ctx, v.name, "final after the Pod's deletion", 90*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase.IsFinal()
+	})
+	if vmi.Status.Phase != v1.Succeeded || vmi.Status.Reason != ReasonGuestShutdown {
+		t.Errorf("phase %s reason %q, want Succeeded GuestShutdown", vmi.Status.Phase, vmi.Status.Reason)
+	}
+	if !strings.Contains(v.log.String(), `event="POWERDOWN"`) {
+		t.Error("no ACPI power button press in the launcher log")
+	}
+}
+
+// TestLauncherKilled: a launcher killed under a running VM (its QEMU dies
+// with it) leaves a socket nobody answers on: the VMI fails, reason
+// LauncherGone.
+func TestLauncherKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kubeletRoot := t.TempDir()
+	startAgent(t, kubeletRoot)
+	v := startVM(t, ctx, kubeletRoot, "killed")
+	waitVMI(t, ctx, v.name, "Running", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running
+	})
+	pid := v.domain(t, ctx).GetQemuPid()
+	if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	vmi, took := waitVMI(t, ctx, v.name, "Failed after the launcher was killed", 60*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase.IsFinal()
+	})
+	if vmi.Status.Phase != v1.Failed || vmi.Status.Reason != ReasonLauncherGone {
+		t.Errorf("phase %s reason %q, want Failed %s", vmi.Status.Phase, vmi.Status.Reason, ReasonLauncherGone)
+	}
+	if c := condition(vmi, v1.VirtualMachineInstanceReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonLauncherGone {
+		t.Errorf("Ready %+v", c)
+	} else {
+		t.Logf("Ready False %s: %s (%s)", c.Reason, c.Message, took)
+	}
+	// QEMU dies with its launcher (PR_SET_PDEATHSIG).
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return syscall.Kill(int(pid), 0) == syscall.ESRCH, nil
+	})
+	if err != nil {
+		t.Errorf("QEMU %d outlived its launcher", pid)
+	}
+}
