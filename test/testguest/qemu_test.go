@@ -41,6 +41,9 @@ runcmd:
   - echo "hello from kemu"
 `
 
+// scriptUserData is a user-data script: the guest runs it after ready.
+const scriptUserData = "#!/bin/sh\necho from-user-data > /tmp/ud && exit 7\n"
+
 func metaData(iid, host string) string {
 	return fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", iid, host)
 }
@@ -50,7 +53,7 @@ func TestBootDirectKernel(t *testing.T) {
 	a := artifacts(t)
 	dir := tempDir(t)
 	extra := rawDisk(t, filepath.Join(dir, "extra.raw"), 16<<20)
-	iso := cidataISO(t, filepath.Join(dir, "cidata.iso"), userData, metaData("iid-direct-1", "direct-guest"))
+	iso := cidataISO(t, filepath.Join(dir, "cidata.iso"), scriptUserData, metaData("iid-direct-1", "direct-guest"))
 
 	vm := startVM(t, dir, true,
 		"-kernel", a.Kernel, "-initrd", a.Initrd, "-append", "console=ttyS0 quiet",
@@ -72,7 +75,9 @@ func TestBootDirectKernel(t *testing.T) {
 
 	blk := vm.wait(stepTimeout, IsKind(KindBlock, "serial", "kemu-extra-1"))
 	checkFields(t, blk, "size", "16777216", "bus", "virtio", "ro", "0", "hotplug", "0")
-	checkCloudInit(t, vm, "iid-direct-1", "direct-guest")
+	checkCloudInit(t, vm, "iid-direct-1", "direct-guest", scriptUserData)
+	script := vm.waitAfter(stepTimeout, ready.Seq, IsKind(KindUserDataScript, "status", "exited"))
+	checkFields(t, script, "rc", "7")
 
 	nic := vm.wait(stepTimeout, IsKind(KindNIC, "mac", "52:54:00:6b:65:01"))
 	checkFields(t, nic, "driver", "virtio_net")
@@ -124,7 +129,7 @@ func TestBootDiskSeaBIOS(t *testing.T) {
 	cd := vm.wait(stepTimeout, IsKind(KindCDROM))
 	checkFields(t, cd, "bus", "sata", "media", "1")
 
-	ci := checkCloudInit(t, vm, "iid-bios-1", "bios-guest")
+	ci := checkCloudInit(t, vm, "iid-bios-1", "bios-guest", userData)
 	checkFields(t, ci, "dev", cd.Field("name"), "fs", "iso9660")
 	checkTicks(t, vm, ready)
 
@@ -162,7 +167,7 @@ func TestBootDiskOVMF(t *testing.T) {
 	checkFields(t, ready, "hostname", "efi-guest")
 	vm.wait(stepTimeout, IsKind(KindBlock, "serial", "kemu-boot"))
 	seedM := vm.wait(stepTimeout, IsKind(KindBlock, "serial", "", "ro", "1"))
-	ci := checkCloudInit(t, vm, "iid-efi-1", "efi-guest")
+	ci := checkCloudInit(t, vm, "iid-efi-1", "efi-guest", userData)
 	checkFields(t, ci, "dev", seedM.Field("name"), "fs", "vfat")
 	checkTicks(t, vm, ready)
 	checkAgent(t, vm, "efi-guest")
@@ -189,7 +194,7 @@ func checkFields(t *testing.T, m Marker, kv ...string) {
 
 // checkCloudInit checks the cidata, userdata and metadata markers and
 // returns the cidata one.
-func checkCloudInit(t *testing.T, vm *qemuVM, iid, host string) Marker {
+func checkCloudInit(t *testing.T, vm *qemuVM, iid, host, userData string) Marker {
 	t.Helper()
 	ci := vm.wait(stepTimeout, IsKind(KindCIData))
 	if ci.Field("status") != "found" {
@@ -199,7 +204,7 @@ func checkCloudInit(t *testing.T, vm *qemuVM, iid, host string) Marker {
 	ud := vm.wait(stepTimeout, IsKind(KindUserData))
 	sum := sha256.Sum256([]byte(userData))
 	checkFields(t, ud, "source", "nocloud", "size", fmt.Sprint(len(userData)),
-		"sha256", hex.EncodeToString(sum[:]), "first", "#cloud-config")
+		"sha256", hex.EncodeToString(sum[:]), "first", strings.SplitN(userData, "\n", 2)[0])
 	if b, err := base64.StdEncoding.DecodeString(ud.Field("b64")); err != nil || string(b) != userData {
 		t.Errorf("userdata b64 = %q (%v), want %q", b, err, userData)
 	}
