@@ -11,7 +11,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -X main.version=$(VERSION)
 COMMANDS   := $(notdir $(wildcard cmd/*))
 
-.PHONY: build deps generate verify-generated lint test unit testguest k8s demo bench clean
+.PHONY: build deps generate verify-generated lint test unit testguest k8s images demo bench clean
 
 ## build: every binary into _out/bin
 build:
@@ -41,12 +41,16 @@ lint: deps
 testguest: deps
 	@bash hack/testguest/build.sh
 
+## images: kemu's launcher, controller and node agent images as OCI archives, no Docker (_out/images; skipped when up to date)
+images: testguest
+	@VERSION='$(VERSION)' bash hack/images/build.sh
+
 ## k8s: etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet built from the Go module proxy (_out/k8s/bin)
 k8s: deps
 	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet
 
 ## test: lint, generated-file check, and every test suite (unit, QEMU, cluster)
-test: lint verify-generated testguest k8s
+test: lint verify-generated testguest k8s images
 	$(GO) test -race -count=1 -timeout 40m -tags '$(TEST_TAGS)' ./...
 
 ## unit: only the tests that need nothing but Go

@@ -54,4 +54,6 @@ section launcher "Launcher: start latency (exec -> running, excluding guest boot
 	go test -tags qemu -run '^$' -bench . -benchtime 10x -timeout 20m ./launcher/
 section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, VMIs Scheduling (real etcd + kube-apiserver; restart=true replaces the controller halfway)" \
 	go test -tags cluster -run '^$' -bench BenchmarkBurst200 -benchtime 1x -timeout 20m ./controller/vmi/
+section images "Images: make images (kemu-launcher, kemu-controller, kemu-nodeagent as OCI archives, warm Go build cache); compressed and unpacked sizes" \
+	go test -tags qemu -run '^$' -bench Images -benchtime 1x -timeout 20m ./hack/images/
 echo "[bench] figures written to $doc"
