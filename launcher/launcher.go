@@ -459,6 +459,16 @@ func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("launcher: device allowlist: %w", err)
 	}
+	if os.Getpid() == 1 {
+		// The launcher is its container's init: its mount namespace is the
+		// container's own, where a cgroup2 mount of its own is private. An
+		// unprivileged container on a hybrid host has none (docs/deploy.md).
+		if ok, err := cgroup.MountIfMissing("/run/kemu-cgroup2"); err != nil {
+			return 0, fmt.Errorf("launcher: QEMU's device cgroup (run without it only with the explicit opt-out): %w", err)
+		} else if ok {
+			klog.InfoS("Mounted the cgroup2 hierarchy in the launcher's mount namespace", "path", "/run/kemu-cgroup2")
+		}
+	}
 	removeStaleDeviceCgroups()
 	name := fmt.Sprintf("%s%s-%s-%d-%d", deviceCgroupPrefix, l.vmi.Namespace, l.vmi.Name, os.Getpid(), cgroupSeq.Add(1))
 	if l.cgroup, err = cgroup.Create("", name, allow); err != nil {

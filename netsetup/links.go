@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -147,9 +148,30 @@ func setForwarding(ns netns.NsHandle) error {
 		if err == nil && len(b) > 0 && b[0] == '1' {
 			return nil
 		}
-		if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
-			return fmt.Errorf("enabling IPv4 forwarding (set the Pod's sysctl net.ipv4.ip_forward=1 when /proc/sys is read-only): %w", err)
+		err = os.WriteFile(path, []byte("1\n"), 0o644)
+		if errors.Is(err, unix.EROFS) {
+			// A container's /proc/sys is read-only; a procfs of our own
+			// (CAP_SYS_ADMIN) is not, and the sysctl is the namespace's.
+			err = writePrivateProc("sys/net/ipv4/ip_forward", "1\n")
+		}
+		if err != nil {
+			return fmt.Errorf("enabling IPv4 forwarding (or set the Pod's sysctl net.ipv4.ip_forward=1): %w", err)
 		}
 		return nil
 	})
+}
+
+// writePrivateProc writes value to rel in a procfs mounted just for that
+// and unmounted again.
+func writePrivateProc(rel, value string) error {
+	dir, err := os.MkdirTemp("", "kemu-proc-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	if err := unix.Mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("/proc/sys is read-only and mounting a procfs failed: %w", err)
+	}
+	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }()
+	return os.WriteFile(filepath.Join(dir, rel), []byte(value), 0o644)
 }

@@ -164,7 +164,9 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		SecurityContext: &corev1.SecurityContext{
 			// Taps, bridge and nftables in the Pod's network namespace;
 			// QEMU's child cgroup and its eBPF device program.
-			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "BPF", "SYS_RESOURCE"}},
+			// No SYS_RESOURCE: nothing in the launcher needs it, and runc
+			// refuses a capability missing from the host's bounding set.
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "BPF"}},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}

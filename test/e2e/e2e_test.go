@@ -1,0 +1,450 @@
+//go:build cluster && qemu
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// bootTimeout bounds a VMI's create → Running under TCG on shared cores
+// (hang protection only: it takes seconds).
+const bootTimeout = 5 * time.Minute
+
+// webUserData is the cloud-init script the test guest runs after `ready`:
+// busybox httpd serving a known page on the port the VMI exposes.
+const webUserData = `#!/bin/sh
+mkdir -p /tmp/www
+echo kemu-e2e-hello > /tmp/www/index.html
+httpd -p 8080 -h /tmp/www
+echo kemu-e2e-httpd-started
+`
+
+// TestContainerDiskVMI: a VMI applied with kubectl — containerDisk from the
+// node's image store, cloud-init NoCloud user data, masquerade on the pod
+// network with port 8080 — runs, its guest agent connects, kubectl shows it,
+// the guest's httpd answers on the pod IP from the node; then kemuctl
+// pause/unpause, console and shell work through its launcher Pod; finally
+// kubectl delete powers the guest off with ACPI, the VMI ends Succeeded and
+// its Pod goes.
+func TestContainerDiskVMI(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	const name = "web"
+	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", name, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
+
+	t0 := time.Now()
+	ev.apply(t, vmiManifest(vmiOptions{name: name, userData: webUserData, ports: []int{8080}, labels: map[string]string{"kemu-e2e": name}}))
+	vmi := ev.waitRunning(ctx, t, name, bootTimeout)
+	t.Logf("kubectl apply → Running in %s (node %s, pod %s)", time.Since(t0).Round(time.Millisecond), vmi.Status.NodeName, vmi.Status.LauncherPod)
+	if vmi.Status.NodeName != ev.c.NodeName {
+		t.Errorf("status.nodeName %q, want %q", vmi.Status.NodeName, ev.c.NodeName)
+	}
+	// QEMU runs in its cgroup v2 device allowlist inside the launcher Pod.
+	if c := condition(vmi, v1.VirtualMachineInstanceDevicesConfined); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("DevicesConfined condition %+v, want True", c)
+	} else {
+		t.Logf("DevicesConfined: %s %s", c.Reason, c.Message)
+	}
+	ev.waitCondition(ctx, t, name, v1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, bootTimeout)
+	t.Logf("AgentConnected %s after apply", time.Since(t0).Round(time.Millisecond))
+
+	// kubectl get vmi: phase, node, IP (the printer columns).
+	var ip string
+	err := poll(ctx, 500*time.Millisecond, func() error {
+		vmi, err := ev.getVMI(ctx, name)
+		if err != nil || vmi == nil {
+			return fmt.Errorf("VMI: %v", err)
+		}
+		if len(vmi.Status.Interfaces) == 0 || vmi.Status.Interfaces[0].IPAddress == "" {
+			return fmt.Errorf("no interface IP yet: %+v", vmi.Status.Interfaces)
+		}
+		ip = vmi.Status.Interfaces[0].IPAddress
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ev.kubectl(t, "-n", ns, "get", "vmi", name)
+	t.Logf("kubectl get vmi %s:\n%s", name, out)
+	for _, want := range []string{"Running", ev.c.NodeName, ip} {
+		if !regexp.MustCompile(`(?m)^` + name + `\s.*\b` + regexp.QuoteMeta(want) + `\b`).MatchString(out) {
+			t.Errorf("kubectl get vmi shows no %q:\n%s", want, out)
+		}
+	}
+	pod, err := ev.kube.CoreV1().Pods(ns).Get(ctx, vmi.Status.LauncherPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Status.PodIP != ip {
+		t.Errorf("VMI IP %s is not its launcher Pod's IP %s (masquerade: the guest is reached on the pod IP)", ip, pod.Status.PodIP)
+	}
+
+	// The guest's httpd, from the node's root network namespace, through
+	// the pod IP (masquerade DNAT of port 8080 to the guest).
+	t.Run("httpd on the pod IP", func(t *testing.T) {
+		url := fmt.Sprintf("http://%s:8080/index.html", ip)
+		hc := &http.Client{Timeout: 5 * time.Second}
+		var body string
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		err := poll(ctx, time.Second, func() error {
+			resp, err := hc.Get(url)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			if resp.StatusCode != http.StatusOK || !strings.Contains(body, "kemu-e2e-hello") {
+				return fmt.Errorf("GET %s: %s %q", url, resp.Status, body)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("GET %s → %q (%s after apply)", url, strings.TrimSpace(body), time.Since(t0).Round(time.Millisecond))
+	})
+
+	t.Run("pause unpause", func(t *testing.T) {
+		ev.run(ctx, t, "pause", name, "-n", ns)
+		vmi, err := ev.getVMI(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := condition(vmi, v1.VirtualMachineInstancePaused); c == nil || c.Status != corev1.ConditionTrue {
+			t.Fatalf("after kemuctl pause: Paused condition %+v", c)
+		} else {
+			t.Logf("Paused: %s %s", c.Status, c.Reason)
+		}
+		if vmi.Status.Phase != v1.Running {
+			t.Errorf("paused VMI phase %s, want Running", vmi.Status.Phase)
+		}
+		out := ev.run(ctx, t, "shell", name, "-n", ns, "-c", "status")
+		if !strings.Contains(out, "Paused") {
+			t.Errorf("kemuctl shell -c status of a paused VMI:\n%s", out)
+		}
+		ev.run(ctx, t, "unpause", name, "-n", ns)
+		vmi, err = ev.getVMI(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := condition(vmi, v1.VirtualMachineInstancePaused); c != nil && c.Status == corev1.ConditionTrue {
+			t.Fatalf("after kemuctl unpause: Paused condition %+v", c)
+		}
+	})
+
+	t.Run("console", func(t *testing.T) {
+		con := ev.startConsole(t, name)
+		if err := con.waitFor(ctx, "KEMU-GUEST tick", 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kemuctl console:\n%s", tail(con.out.String(), 400))
+		con.stop()
+	})
+
+	t.Run("shell status", func(t *testing.T) {
+		out := ev.run(ctx, t, "shell", name, "-n", ns, "-c", "status")
+		t.Logf("kemuctl shell %s -c status:\n%s", name, out)
+		if !strings.Contains(out, "Running") {
+			t.Errorf("status does not say Running:\n%s", out)
+		}
+	})
+
+	t.Run("delete powers off with ACPI", func(t *testing.T) {
+		con := ev.startConsole(t, name)
+		if err := con.waitFor(ctx, "KEMU-GUEST tick", 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		pw := ev.watchPhases(ctx, t, "kemu-e2e="+name)
+		t0 := time.Now()
+		ev.kubectl(t, "-n", ns, "delete", "vmi", name, "--wait=false")
+		if err := con.waitFor(ctx, "KEMU-GUEST poweroff source=acpi", 3*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("guest: poweroff source=acpi %s after kubectl delete", time.Since(t0).Round(time.Millisecond))
+		wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer wcancel()
+		if _, err := pw.waitFor(wctx, func(e phaseEvent) bool { return e.name == name && e.phase == v1.Succeeded }); err != nil {
+			t.Fatalf("VMI never Succeeded: %v", err)
+		}
+		t.Logf("VMI Succeeded %s after kubectl delete", time.Since(t0).Round(time.Millisecond))
+		ev.waitPodsGone(ctx, t, "kemu.dev/vmi-name="+name)
+		err := poll(wctx, 500*time.Millisecond, func() error {
+			if vmi, err := ev.getVMI(ctx, name); err != nil || vmi != nil {
+				return fmt.Errorf("VMI still there (%v)", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Pod and VMI gone %s after kubectl delete; phases: %s", time.Since(t0).Round(time.Millisecond), pw.summary())
+	})
+}
+
+// TestKernelBootVMI: a VMI booting the test guest's kernel and initramfs
+// from the kernelboot image (firmware.kernelBoot.container, kernelArgs
+// console=ttyS0) runs and its guest boots (loader=direct).
+func TestKernelBootVMI(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const name = "kboot"
+	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", name, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
+	// kemu.local/testguest/kernelboot:latest is in the node's containerd,
+	// but the launcher pulls kernelBoot images from a registry itself
+	// (serveKernelBootImage): the same image, served from the node.
+	img := serveKernelBootImage(t, ev)
+	t.Logf("kernelboot image served as %s", img)
+	t0 := time.Now()
+	ev.apply(t, vmiManifest(vmiOptions{name: name, kernel: true, kernelImg: img, noNetwork: true, labels: map[string]string{"kemu-e2e": name}}))
+	ev.waitRunning(ctx, t, name, bootTimeout)
+	t.Logf("kernel boot VMI Running %s after apply", time.Since(t0).Round(time.Millisecond))
+	con := ev.startConsole(t, name)
+	if err := con.waitFor(ctx, "KEMU-GUEST ready", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`KEMU-GUEST boot \S+ \S+ \S+ loader=(\S+)`).FindStringSubmatch(con.out.String()); m != nil && m[1] != "direct" {
+		t.Errorf("guest booted with loader=%s, want direct (kernel boot)", m[1])
+	}
+	con.stop()
+	ev.deleteVMI(ctx, t, name)
+}
+
+// TestVMRunStrategyAlways: QEMU of a VM's VMI killed on the host → a new
+// VMI (new UID) of the VM comes up Running.
+func TestVMRunStrategyAlways(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	const name = "always"
+	t.Cleanup(func() {
+		ev.c.Kubectl("-n", ns, "delete", "vm", name, "--ignore-not-found", "--timeout=3m") //nolint:errcheck // best effort
+	})
+	ev.apply(t, vmiManifest(vmiOptions{kind: "VirtualMachine", name: name, labels: map[string]string{"kemu-e2e": name}}))
+	vmi := ev.waitRunning(ctx, t, name, bootTimeout)
+	pid := qemuPid(ctx, t, name)
+	pw := ev.watchPhases(ctx, t, "kemu-e2e="+name)
+	t0 := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed QEMU (host pid %d) of VMI %s (uid %s)", pid, name, vmi.UID)
+	wctx, wcancel := context.WithTimeout(ctx, 2*bootTimeout)
+	defer wcancel()
+	ended, err := pw.waitFor(wctx, func(e phaseEvent) bool { return e.uid == string(vmi.UID) && e.phase.IsFinal() })
+	if err != nil {
+		t.Fatalf("the VMI whose QEMU died did not end: %v", err)
+	}
+	t.Logf("old VMI %s %s after the kill", ended.phase, ended.at.Sub(t0).Round(time.Millisecond))
+	up, err := pw.waitFor(wctx, func(e phaseEvent) bool {
+		return e.name == name && e.uid != string(vmi.UID) && e.phase == v1.Running && e.typ != watch.Deleted
+	})
+	if err != nil {
+		t.Fatalf("no new VMI Running: %v", err)
+	}
+	t.Logf("new VMI (uid %s) Running %s after the kill; phases: %s", up.uid, up.at.Sub(t0).Round(time.Millisecond), pw.summary())
+	if p := qemuPid(ctx, t, name); p == pid {
+		t.Errorf("new VMI runs in the killed QEMU pid %d", p)
+	}
+	vm, err := ev.kemu.KemuV1alpha1().VirtualMachines(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("VM %s: printableStatus %s ready %v", name, vm.Status.PrintableStatus, vm.Status.Ready)
+	ev.kubectl(t, "-n", ns, "delete", "vm", name, "--timeout=3m")
+	ev.waitPodsGone(ctx, t, "kemu.dev/vmi-name="+name)
+}
+
+// TestKillLauncher: the launcher process of a VMI's Pod SIGKILLed on the
+// host → the VMI fails with a reason and no QEMU of it is left.
+func TestKillLauncher(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const name = "victim"
+	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", name, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
+	ev.apply(t, vmiManifest(vmiOptions{name: name, labels: map[string]string{"kemu-e2e": name}}))
+	vmi := ev.waitRunning(ctx, t, name, bootTimeout)
+	qemu := qemuPid(ctx, t, name)
+	pod, err := ev.kube.CoreV1().Pods(ns).Get(ctx, vmi.Status.LauncherPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launcher, err := launcherPid(string(pod.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("QEMU host pid %d, its ancestors %v; the Pod's kemu-launcher: host pid %d", qemu, ancestors(qemu), launcher)
+	t0 := time.Now()
+	if err := syscall.Kill(launcher, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed kemu-launcher (host pid %d, QEMU %d)", launcher, qemu)
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer wcancel()
+	err = poll(wctx, 250*time.Millisecond, func() error {
+		v, err := ev.getVMI(ctx, name)
+		if err != nil || v == nil {
+			return fmt.Errorf("VMI: %v", err)
+		}
+		if v.Status.Phase != v1.Failed {
+			return fmt.Errorf("phase %s", v.Status.Phase)
+		}
+		vmi = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := ""
+	if c := condition(vmi, v1.VirtualMachineInstanceReady); c != nil {
+		msg = c.Reason + ": " + c.Message
+	}
+	t.Logf("VMI Failed %s after the kill: reason %q (Ready %s)", time.Since(t0).Round(time.Millisecond), vmi.Status.Reason, msg)
+	if vmi.Status.Reason == "" {
+		t.Errorf("Failed VMI without status.reason: %+v", vmi.Status)
+	}
+	err = poll(wctx, 250*time.Millisecond, func() error {
+		if p := qemuPids(name); len(p) > 0 {
+			return fmt.Errorf("QEMU of %s still running: %v", name, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.deleteVMI(ctx, t, name)
+}
+
+// TestNodeAgentRestart: the node agent's Pod deleted (the DaemonSet makes a
+// new one) while three VMIs run → no QEMU restarts, no VMI leaves Running.
+func TestNodeAgentRestart(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	names := []string{"keep-1", "keep-2", "keep-3"}
+	sel := "kemu-e2e=restart"
+	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", "-l", sel, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
+	var docs []string
+	for _, n := range names {
+		docs = append(docs, vmiManifest(vmiOptions{name: n, labels: map[string]string{"kemu-e2e": "restart"}}))
+	}
+	ev.apply(t, strings.Join(docs, "---\n"))
+	pids := map[string]int{}
+	uids := map[string]string{}
+	for _, n := range names {
+		vmi := ev.waitRunning(ctx, t, n, bootTimeout)
+		uids[n] = string(vmi.UID)
+		pids[n] = qemuPid(ctx, t, n)
+	}
+	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", ev.healthPort)
+	connections := func(want int) error {
+		resp, err := http.Get(metrics)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`(?m)^kemu_nodeagent_launcher_connections (\S+)$`).FindSubmatch(b)
+		if m == nil || string(m[1]) != fmt.Sprint(want) {
+			return fmt.Errorf("node agent: kemu_nodeagent_launcher_connections %q, want %d", m, want)
+		}
+		return nil
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer wcancel()
+	if err := poll(wctx, 500*time.Millisecond, func() error { return connections(len(names)) }); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: nodeagentSelector})
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("node agent Pods: %v %d", err, len(old.Items))
+	}
+	pw := ev.watchPhases(ctx, t, sel)
+	t0 := time.Now()
+	ev.kubectl(t, "-n", kemuNS, "delete", "pod", old.Items[0].Name, "--timeout=2m")
+	t.Logf("node agent Pod %s deleted in %s", old.Items[0].Name, time.Since(t0).Round(time.Millisecond))
+	var newPod string
+	err = poll(wctx, 500*time.Millisecond, func() error {
+		pods, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: nodeagentSelector})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Name == old.Items[0].Name || p.DeletionTimestamp != nil {
+				continue
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					newPod = p.Name
+					return connections(len(names))
+				}
+			}
+		}
+		return fmt.Errorf("no new node agent Pod Ready")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("new node agent Pod %s Ready and connected to %d launchers %s after the delete", newPod, len(names), time.Since(t0).Round(time.Millisecond))
+	// Let the new agent sync and recompute every status (its first Sync,
+	// WatchDomain and status pass) — and check through a later read that
+	// nothing moved.
+	err = poll(wctx, 500*time.Millisecond, func() error {
+		out, _, err := ev.c.Kubectl("-n", kemuNS, "logs", newPod)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if !strings.Contains(out, n) {
+				return fmt.Errorf("new node agent has not logged VMI %s yet", n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("(the new agent's log does not name every VMI: %v)", err)
+	}
+	for _, n := range names {
+		vmi, err := ev.getVMI(ctx, n)
+		if err != nil || vmi == nil {
+			t.Fatalf("VMI %s: %v", n, err)
+		}
+		if vmi.Status.Phase != v1.Running || string(vmi.UID) != uids[n] {
+			t.Errorf("VMI %s after the restart: phase %s uid %s (was Running, %s)", n, vmi.Status.Phase, vmi.UID, uids[n])
+		}
+		if p := qemuPids(n); len(p) != 1 || p[0] != pids[n] {
+			t.Errorf("VMI %s: QEMU pids %v after the node agent restart, before %d", n, p, pids[n])
+		}
+	}
+	for _, e := range pw.snapshot() {
+		if e.phase != v1.Running {
+			t.Errorf("phase flap during the node agent restart: %s %s %s at %s", e.typ, e.name, e.phase, e.at.Format("15:04:05.000"))
+		}
+	}
+	t.Logf("QEMU pids unchanged %v; VMI changes during the restart: %s", pids, pw.summary())
+	ev.kubectl(t, "-n", ns, "delete", "vmi", "-l", sel, "--timeout=3m")
+	ev.waitPodsGone(ctx, t, "kemu-e2e=restart")
+}

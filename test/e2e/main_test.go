@@ -1,0 +1,368 @@
+//go:build cluster && qemu
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/test/cluster"
+)
+
+const (
+	// kemuNS is where deploy/ installs kemu.
+	kemuNS = "kemu-system"
+	// ns is where the tests create their VMIs and VMs.
+	ns = "default"
+
+	containerDiskImage = "kemu.local/testguest/containerdisk:latest"
+	kernelBootImage    = "kemu.local/testguest/kernelboot:latest"
+
+	controllerSelector = "app.kubernetes.io/name=kemu-controller"
+	nodeagentSelector  = "app.kubernetes.io/name=kemu-nodeagent"
+	launcherSelector   = "kemu.dev/app=launcher"
+)
+
+// env is the cluster every test of the package shares (TestMain).
+type env struct {
+	root       string
+	c          *cluster.Cluster
+	kube       kubernetes.Interface
+	kemu       versioned.Interface
+	kemuctl    string // the kemuctl binary built from ./cmd/kemuctl
+	overlay    string // the kustomization applied (deploy/ + the test node's patches)
+	healthPort int    // the node agent's --health-addr port (host network)
+	setupTook  time.Duration
+}
+
+var (
+	e        *env
+	setupErr error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	e, setupErr = setup(ctx)
+	if e != nil && e.c != nil {
+		defer func() {
+			teardown(e)
+			if err := e.c.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: stopping the cluster:", err)
+			}
+			fmt.Fprintf(os.Stderr, "e2e: suite wall time %s (setup %s)\n", time.Since(t0).Round(time.Second), e.setupTook.Round(time.Second))
+		}()
+	}
+	if setupErr != nil {
+		fmt.Fprintln(os.Stderr, "e2e: setup failed:", setupErr)
+		if e != nil && e.c != nil {
+			fmt.Fprintln(os.Stderr, diagnostics(e.c))
+		}
+	} else {
+		e.setupTook = time.Since(t0)
+		fmt.Fprintf(os.Stderr, "e2e: cluster with kemu ready in %s\n", e.setupTook.Round(time.Millisecond))
+	}
+	return m.Run()
+}
+
+// need fails the test when the shared setup did not finish.
+func need(tb testing.TB) *env {
+	tb.Helper()
+	if setupErr != nil {
+		tb.Fatalf("e2e setup: %v", setupErr)
+	}
+	return e
+}
+
+// missing names what to run to get each artefact.
+func checkArtefacts(root string) error {
+	var errs []error
+	for _, a := range []struct{ path, how string }{
+		{"_out/images/kemu-launcher.oci.tar", "make images"},
+		{"_out/images/kemu-controller.oci.tar", "make images"},
+		{"_out/images/kemu-nodeagent.oci.tar", "make images"},
+		{"_out/testguest/oci/containerdisk.docker.tar", "make testguest"},
+		{"_out/testguest/oci/kernelboot.docker.tar", "make testguest"},
+		{"deploy/kustomization.yaml", "the deploy/ kustomize tree (git checkout)"},
+	} {
+		if _, err := os.Stat(filepath.Join(root, a.path)); err != nil {
+			errs = append(errs, fmt.Errorf("%s is missing (run: %s): %w", a.path, a.how, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func setup(ctx context.Context) (*env, error) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkArtefacts(root); err != nil {
+		return nil, err
+	}
+	ev := &env{root: root}
+	bin, err := os.MkdirTemp("", "kemu-e2e-bin")
+	if err != nil {
+		return nil, err
+	}
+	ev.kemuctl = filepath.Join(bin, "kemuctl")
+	built := make(chan error, 1)
+	go func() {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", ev.kemuctl, "./cmd/kemuctl")
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("go build ./cmd/kemuctl: %v\n%s", err, out)
+		}
+		built <- err
+	}()
+
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
+	}
+	c, err := cluster.Start(ctx, cluster.Options{Node: true, Logf: logf})
+	if err != nil {
+		<-built
+		return nil, fmt.Errorf("starting the cluster (make k8s builds its binaries): %w", err)
+	}
+	ev.c = c
+	logf("control plane + node up in %s (waited %s for the node lock)", c.StartupDuration.Round(time.Millisecond), c.NodeLockWait.Round(time.Millisecond))
+	// Start with IPv4 forwarding off on the node, so the first launcher Pod's
+	// netns has it off too (a new netns copies the host's value; the CNI
+	// bridge plugin turns the host's on only while it sets up that Pod): the
+	// launcher must turn it on in its own netns although the container's
+	// /proc/sys is read-only. test/cluster restores the value on Stop.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644); err != nil {
+		return ev, fmt.Errorf("net.ipv4.ip_forward=0 on the node: %w", err)
+	}
+	if ev.kube, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
+		return ev, err
+	}
+	if ev.kemu, err = versioned.NewForConfig(c.RESTConfig()); err != nil {
+		return ev, err
+	}
+	if err := <-built; err != nil {
+		return ev, err
+	}
+
+	t0 := time.Now()
+	for _, a := range []string{"_out/images/kemu-launcher.oci.tar", "_out/images/kemu-controller.oci.tar", "_out/images/kemu-nodeagent.oci.tar",
+		"_out/testguest/oci/containerdisk.docker.tar", "_out/testguest/oci/kernelboot.docker.tar"} {
+		if err := c.ImportImage(ctx, filepath.Join(root, a)); err != nil {
+			return ev, err
+		}
+	}
+	list, _ := c.Ctr(ctx, "images", "ls", "-q")
+	for _, want := range []string{"kemu.local/kemu-launcher:latest", "kemu.local/kemu-controller:latest", "kemu.local/kemu-nodeagent:latest", containerDiskImage, kernelBootImage} {
+		if !strings.Contains(list, want+"\n") {
+			return ev, fmt.Errorf("containerd has no %s after the import (run: make images, make testguest):\n%s", want, list)
+		}
+	}
+	logf("5 images imported in %s", time.Since(t0).Round(time.Millisecond))
+
+	if err := ev.writeOverlay(); err != nil {
+		return ev, err
+	}
+	t0 = time.Now()
+	if _, stderr, err := c.Kubectl("apply", "-k", ev.overlay); err != nil {
+		return ev, fmt.Errorf("kubectl apply -k deploy/: %v\n%s", err, stderr)
+	}
+	err = poll(ctx, 500*time.Millisecond, func() error {
+		d, err := ev.kube.AppsV1().Deployments(kemuNS).Get(ctx, "kemu-controller", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range d.Status.Conditions {
+			if cond.Type == appsv1.DeploymentAvailable && cond.Status == corev1.ConditionTrue && d.Status.ReadyReplicas == 1 {
+				return nil
+			}
+		}
+		return fmt.Errorf("controller Deployment not Available: %+v", d.Status)
+	})
+	if err != nil {
+		return ev, err
+	}
+	logf("controller Deployment Available %s after apply", time.Since(t0).Round(time.Millisecond))
+	err = poll(ctx, 500*time.Millisecond, func() error {
+		ds, err := ev.kube.AppsV1().DaemonSets(kemuNS).Get(ctx, "kemu-nodeagent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s := ds.Status; s.DesiredNumberScheduled != 1 || s.NumberReady != 1 {
+			return fmt.Errorf("node agent DaemonSet not ready: %+v", s)
+		}
+		n, err := ev.kube.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Labels[v1.NodeSchedulableLabel] != "true" {
+			return fmt.Errorf("node %s not labelled %s=true: %v", c.NodeName, v1.NodeSchedulableLabel, n.Labels)
+		}
+		return nil
+	})
+	if err != nil {
+		return ev, err
+	}
+	logf("node agent DaemonSet ready, node %s labelled %s=true, %s after apply", c.NodeName, v1.NodeSchedulableLabel, time.Since(t0).Round(time.Millisecond))
+	return ev, nil
+}
+
+// writeOverlay writes a kustomization over deploy/ for test/cluster's node:
+// the kubelet's root and the probe cache in the cluster's temp folder, and —
+// because test/cluster runs no kube-proxy and its apiserver listens on
+// 127.0.0.1 only — the controller and the node agent in the host network,
+// pointed at the apiserver with KUBERNETES_SERVICE_HOST/PORT, on free ports
+// (as test/deploy does). A real cluster needs none of this.
+func (ev *env) writeOverlay() error {
+	dir, err := os.MkdirTemp("", "kemu-e2e-overlay")
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(ev.root, "deploy"))
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(ev.c.Host)
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	if ev.healthPort, err = freePort(); err != nil {
+		return err
+	}
+	hostNet := func(argIndex int, arg string, port int) string {
+		return fmt.Sprintf(`
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - {op: replace, path: /spec/template/spec/containers/0/args/%d, value: "%s"}
+      - {op: replace, path: /spec/template/spec/containers/0/ports/0/containerPort, value: %d}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: "%s"}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "%s"}}`,
+			argIndex, arg, port, u.Hostname(), u.Port())
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+patches:
+  - target: {kind: DaemonSet, name: kemu-nodeagent}
+    patch: |
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: kemu-nodeagent}
+      spec:
+        template:
+          spec:
+            volumes:
+              - name: kubelet-root
+                hostPath: {path: %s, type: Directory}
+              - name: state
+                hostPath: {path: %s, type: DirectoryOrCreate}
+  - target: {kind: DaemonSet, name: kemu-nodeagent}
+    patch: |%s
+  - target: {kind: Deployment, name: kemu-controller}
+    patch: |%s
+`, rel, ev.c.KubeletRootDir, filepath.Join(ev.c.Dir, "kemu-state"),
+		hostNet(1, fmt.Sprintf("--health-addr=:%d", ev.healthPort), ev.healthPort),
+		hostNet(3, fmt.Sprintf("--metrics-addr=:%d", metrics), metrics))
+	ev.overlay = dir
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// teardown deletes what the tests left (VMs first: they would recreate
+// their VMIs) and uninstalls kemu; the cluster's Stop removes the rest.
+func teardown(ev *env) {
+	if ev.kube == nil {
+		return
+	}
+	c := ev.c
+	if _, stderr, err := c.Kubectl("-n", ns, "delete", "vm,vmi", "--all", "--timeout=3m"); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: deleting the VMs and VMIs: %v %s\n", err, stderr)
+	}
+	if ev.overlay != "" {
+		if _, stderr, err := c.Kubectl("delete", "-k", ev.overlay, "--ignore-not-found", "--wait=false"); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: kubectl delete -k: %v %s\n", err, stderr)
+		}
+		os.RemoveAll(ev.overlay)
+	}
+	os.RemoveAll(filepath.Dir(ev.kemuctl))
+}
+
+// diagnostics is what makes a CI failure readable: Pods, VMIs, events, the
+// logs of the kemu components and launchers, the kubelet's tail.
+func diagnostics(c *cluster.Cluster) string {
+	var b strings.Builder
+	add := func(title string, args ...string) {
+		out, stderr, err := c.Kubectl(args...)
+		fmt.Fprintf(&b, "----- %s (kubectl %s)\n%s", title, strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "error: %v %s\n", err, stderr)
+		}
+	}
+	add("pods", "get", "pods", "-A", "-o", "wide")
+	add("VMIs", "get", "vmi,vm", "-A", "-o", "wide")
+	add("VMI status", "get", "vmi", "-A", "-o", "jsonpath={range .items[*]}{.metadata.name}: {.status}{\"\\n\"}{end}")
+	add("events", "get", "events", "-A", "--sort-by=.lastTimestamp")
+	add("controller logs", "-n", kemuNS, "logs", "-l", controllerSelector, "--all-containers", "--tail=80", "--prefix")
+	add("node agent logs", "-n", kemuNS, "logs", "-l", nodeagentSelector, "--all-containers", "--tail=120", "--prefix")
+	add("launcher logs", "logs", "-A", "-l", launcherSelector, "--all-containers", "--tail=40", "--prefix", "--max-log-requests=20")
+	fmt.Fprintf(&b, "----- kubelet log (tail)\n%s\n", c.Logs("kubelet", 60))
+	return b.String()
+}
+
+// dumpOnFailure logs diagnostics when the test failed.
+func dumpOnFailure(t testing.TB, ev *env) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("diagnostics:\n%s", diagnostics(ev.c))
+		}
+	})
+}
+
+// poll calls f every interval until it returns nil or ctx ends (then the
+// last error is returned). The deadlines are hang protection only.
+func poll(ctx context.Context, interval time.Duration, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(interval):
+		}
+	}
+}
