@@ -64,6 +64,9 @@ type Config struct {
 	// the Pod's init containers (<dir>/<volume>/<file>); "" = the launcher
 	// pulls them into ImageCache itself.
 	ContainerDiskDir string
+	// KernelBootDir holds the kernel and initrd of firmware.kernelBoot
+	// copied out of their image by the Pod's init container; "" = pull.
+	KernelBootDir string
 	// QEMU is the emulator binary (default qemu-system-x86_64).
 	QEMU string
 	// Accel forces "kvm" or "tcg"; "" decides by KVMProbe.
@@ -230,7 +233,7 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 	}
 	l.prepared, err = storage.Prepare(ctx, l.vmi, storage.Options{
 		Dir: l.cfg.Dir, Images: store, PVCRoot: l.cfg.PVCRoot, SecretsDir: l.cfg.SecretsDir,
-		ContainerDiskDir: l.cfg.ContainerDiskDir})
+		ContainerDiskDir: l.cfg.ContainerDiskDir, KernelBootDir: l.cfg.KernelBootDir})
 	if err != nil {
 		return fmt.Errorf("launcher: preparing volumes: %w", err)
 	}

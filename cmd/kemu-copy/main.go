@@ -4,11 +4,12 @@
 // launcher image into a shared emptyDir; each containerDisk's init container
 // then runs the disk image with that copy:
 //
-//	kemu-copy SRC DSTDIR
+//	kemu-copy SRC... DSTDIR
 //
-// SRC is a file (copied to DSTDIR/<its name>) or a directory (every regular
-// file directly in it is copied; none is an error, as a containerDisk image
-// without a disk in /disk/ is). A symlink is followed. Each file is written to
+// Each SRC is a file (copied to DSTDIR/<its name>) or a directory (every
+// regular file directly in it is copied; none is an error, as a containerDisk
+// image without a disk in /disk/ is). Two sources of the same name are an
+// error. A symlink is followed. Each file is written to
 // a temporary name, synced, given its source's mode without write bits (the
 // executable bit kept) and renamed, so a file in DSTDIR is always complete.
 // Exit status: 0 copied; 1 failed; 2 usage.
@@ -22,17 +23,31 @@ import (
 	"path/filepath"
 )
 
-func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: kemu-copy SRC DSTDIR")
-		os.Exit(2)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 {
+		fmt.Fprintln(stderr, "usage: kemu-copy SRC... DSTDIR")
+		return 2
 	}
-	n, err := copyAll(os.Args[1], os.Args[2])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kemu-copy:", err)
-		os.Exit(1)
+	srcs, dst := args[:len(args)-1], args[len(args)-1]
+	seen := map[string]string{}
+	for _, src := range srcs {
+		if prev, dup := seen[filepath.Base(src)]; dup {
+			fmt.Fprintf(stderr, "kemu-copy: %s and %s would both be %s\n", prev, src, filepath.Join(dst, filepath.Base(src)))
+			return 2
+		}
+		seen[filepath.Base(src)] = src
 	}
-	fmt.Printf("kemu-copy: %d file(s) from %s to %s\n", n, os.Args[1], os.Args[2])
+	for _, src := range srcs {
+		n, err := copyAll(src, dst)
+		if err != nil {
+			fmt.Fprintln(stderr, "kemu-copy:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "kemu-copy: %d file(s) from %s to %s\n", n, src, dst)
+	}
+	return 0
 }
 
 func copyAll(src, dst string) (int, error) {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +39,37 @@ func TestCopyAll(t *testing.T) {
 	}
 	if _, err := copyAll(filepath.Join(src, "sub"), dst); err == nil {
 		t.Fatal("an empty directory must be an error")
+	}
+}
+
+func TestRunSeveralSources(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	for _, f := range []string{"vmlinuz", "initrd.img"} {
+		if err := os.WriteFile(filepath.Join(src, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var errs strings.Builder
+	if code := run([]string{filepath.Join(src, "vmlinuz"), filepath.Join(src, "initrd.img"), dst}, io.Discard, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	for _, f := range []string{"vmlinuz", "initrd.img"} {
+		if b, err := os.ReadFile(filepath.Join(dst, f)); err != nil || string(b) != f {
+			t.Errorf("%s: %q %v", f, b, err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{dst}, 2, "usage"},
+		{[]string{filepath.Join(src, "vmlinuz"), filepath.Join(dst, "vmlinuz"), t.TempDir()}, 2, "would both be"},
+		{[]string{filepath.Join(src, "missing"), dst}, 1, "missing"},
+	} {
+		errs.Reset()
+		if code := run(tc.args, io.Discard, &errs); code != tc.code || !strings.Contains(errs.String(), tc.msg) {
+			t.Errorf("run(%q) = %d %q, want %d and %q", tc.args, code, errs.String(), tc.code, tc.msg)
+		}
 	}
 }

@@ -40,7 +40,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	var (
 		vmiFile, vmiJSON, socketsDir, runtimeDir, imageCache, accel, qemu, baseDir string
-		pvcRoot, secretsDir, containerDiskDir                                      string
+		pvcRoot, secretsDir, containerDiskDir, kernelBootDir                       string
 		grace, qemuTimeout                                                         time.Duration
 		noDeviceCgroup, podNetwork                                                 bool
 		podInterface, resolvConf                                                   string
@@ -54,6 +54,7 @@ func run() int {
 	fs.StringVar(&baseDir, "base-dir", "", "resolves relative oci: image paths (default: the working directory)")
 	fs.StringVar(&pvcRoot, "pvc-root", "", "where persistentVolumeClaim volumes are mounted")
 	fs.StringVar(&secretsDir, "secrets-dir", "", "where cloud-init secret volumes are mounted")
+	fs.StringVar(&kernelBootDir, "kernel-boot-dir", "", "where the Pod's init container copied the kernel-boot image's kernel and initrd; empty: pull the image into --image-cache")
 	fs.StringVar(&containerDiskDir, "container-disk-dir", "", "where the Pod's init containers copied containerDisks (<dir>/<volume>/); empty: pull the images into --image-cache")
 	fs.StringVar(&qemu, "qemu", "qemu-system-x86_64", "the QEMU binary")
 	fs.StringVar(&accel, "accel", "", `accelerator: kvm, tcg, or "" to probe KVM`)
@@ -108,7 +109,7 @@ func run() int {
 	srv := cmdserver.New(cmdserver.Options{
 		SocketsDir: socketsDir, GracePeriod: grace, Version: version,
 		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
-			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, ContainerDiskDir: containerDiskDir, NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
+			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, ContainerDiskDir: containerDiskDir, KernelBootDir: kernelBootDir, NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
 	})
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)

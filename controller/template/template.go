@@ -51,8 +51,9 @@ const (
 	PrivateVolume = "private"
 	PrivateDir    = "/var/run/kemu/private"
 	RuntimeDir    = PrivateDir + "/vm"
-	// ImagesVolume is the launcher's image cache (kernelBoot containers;
-	// containerDisks come copied in ContainerDisksDir).
+	// ImagesVolume is the launcher's image cache (unused when containerDisks
+	// and kernelBoot come copied by the init containers; kept for launcher
+	// flags that make it pull).
 	ImagesVolume = "images"
 	ImageCache   = "/var/lib/kemu/images"
 	// PVCRoot holds claims: a block device PVCRoot/<claim> or a file system
@@ -69,6 +70,10 @@ const (
 	// ContainerDisksDir/<volume>/ holds each containerDisk's disk, copied
 	// out of its image by an init container.
 	ContainerDisksDir = "/var/run/kemu/container-disks"
+	// KernelBootDir holds firmware.kernelBoot.container's kernel and initrd,
+	// copied out of its image by an init container.
+	KernelBootVolume = "kernel-boot"
+	KernelBootDir    = "/var/run/kemu/kernel-boot"
 	// DefaultDiskDir is where a containerDisk image keeps its disk when the
 	// volume names no path (KubeVirt's /disk/).
 	DefaultDiskDir = "/disk"
@@ -206,6 +211,7 @@ type builder struct {
 	initContainers []corev1.Container
 	secrets        map[string]bool
 	hostDirs       map[string]bool
+	copyInstalled  bool
 }
 
 func emptyDir(name string) corev1.Volume {
@@ -240,6 +246,57 @@ func (b *builder) volumes() {
 			b.secret(vol.CloudInitNoCloud.SecretRef.Name)
 		}
 	}
+	if fw := b.vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
+		b.kernelBoot(fw.KernelBoot.Container)
+	}
+}
+
+// installCopy adds, once, the init container that installs kemu-copy from
+// the launcher image into the tools emptyDir.
+func (b *builder) installCopy() {
+	if b.copyInstalled {
+		return
+	}
+	b.copyInstalled = true
+	b.podVolumes = append(b.podVolumes, emptyDir(ToolsVolume))
+	b.initContainers = append(b.initContainers, corev1.Container{
+		Name:            "install-kemu-copy",
+		Image:           b.opts.LauncherImage,
+		ImagePullPolicy: b.opts.LauncherPullPolicy,
+		Command:         []string{CopyBinary, CopyBinary, ToolsDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: ToolsVolume, MountPath: ToolsDir}},
+		Resources:       initResources,
+	})
+}
+
+// kernelBoot: an init container running the kernel-boot image copies its
+// kernel and initrd into an emptyDir the launcher reads
+// (--kernel-boot-dir), as for containerDisks: the kubelet pulls the image.
+func (b *builder) kernelBoot(c *v1.KernelBootContainer) {
+	b.installCopy()
+	cmd := []string{path.Join(ToolsDir, "kemu-copy")}
+	for _, p := range []string{c.KernelPath, c.InitrdPath} {
+		if p != "" {
+			cmd = append(cmd, p)
+		}
+	}
+	pull := c.ImagePullPolicy
+	if pull == "" {
+		pull = v1.DefaultPullPolicy(c.Image)
+	}
+	b.podVolumes = append(b.podVolumes, emptyDir(KernelBootVolume))
+	b.initContainers = append(b.initContainers, corev1.Container{
+		Name:            KernelBootVolume,
+		Image:           c.Image,
+		ImagePullPolicy: pull,
+		Command:         append(cmd, KernelBootDir),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: ToolsVolume, MountPath: ToolsDir, ReadOnly: true},
+			{Name: KernelBootVolume, MountPath: KernelBootDir},
+		},
+		Resources: initResources,
+	})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: KernelBootVolume, MountPath: KernelBootDir, ReadOnly: true})
 }
 
 // containerDisk: the first containerDisk adds the init container that
@@ -249,17 +306,7 @@ func (b *builder) volumes() {
 // kubelet pulls the image (pull policy, node image cache, image pull errors
 // on the Pod as for any container); the image needs no shell or tools.
 func (b *builder) containerDisk(i int, vol *v1.Volume) {
-	if i == 0 {
-		b.podVolumes = append(b.podVolumes, emptyDir(ToolsVolume))
-		b.initContainers = append(b.initContainers, corev1.Container{
-			Name:            "install-kemu-copy",
-			Image:           b.opts.LauncherImage,
-			ImagePullPolicy: b.opts.LauncherPullPolicy,
-			Command:         []string{CopyBinary, CopyBinary, ToolsDir},
-			VolumeMounts:    []corev1.VolumeMount{{Name: ToolsVolume, MountPath: ToolsDir}},
-			Resources:       initResources,
-		})
-	}
+	b.installCopy()
 	cd := vol.ContainerDisk
 	name := "container-disk-" + strconv.Itoa(i)
 	dst := path.Join(ContainerDisksDir, vol.Name)
@@ -353,6 +400,7 @@ func (b *builder) args(grace int64) []string {
 		"--pvc-root=" + PVCRoot,
 		"--secrets-dir=" + SecretsDir,
 		"--container-disk-dir=" + ContainerDisksDir,
+		"--kernel-boot-dir=" + KernelBootDir,
 		"--accel=" + accel,
 		"--grace-period=" + strconv.FormatInt(grace, 10) + "s",
 	}

@@ -106,7 +106,7 @@ func TestRender(t *testing.T) {
 			c := pod.Spec.Containers[0]
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
 				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
-				"--container-disk-dir=/var/run/kemu/container-disks", "--accel=tcg", "--grace-period=30s"}
+				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--accel=tcg", "--grace-period=30s"}
 			if c.Name != ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
 			}
@@ -151,6 +151,24 @@ func TestRender(t *testing.T) {
 			}
 			if !sockets {
 				t.Errorf("no sockets emptyDir: %v", pod.Spec.Volumes)
+			}
+		}},
+		{"kernel-boot", Input{VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Volumes, x.Spec.Domain.Devices.Disks = nil, nil
+			x.Spec.Domain.Firmware = &v1.Firmware{KernelBoot: &v1.KernelBoot{Container: &v1.KernelBootContainer{
+				Image: "example.com/kernel:1", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"}}}
+		})}, func(t *testing.T, pod *corev1.Pod) {
+			// No containerDisk: kemu-copy is installed for the kernel alone.
+			ic := pod.Spec.InitContainers
+			if len(ic) != 2 || !slices.Equal(ic[0].Command, []string{CopyBinary, CopyBinary, ToolsDir}) {
+				t.Fatalf("init containers %+v", ic)
+			}
+			if ic[1].Image != "example.com/kernel:1" || ic[1].ImagePullPolicy != corev1.PullIfNotPresent ||
+				!slices.Equal(ic[1].Command, []string{ToolsDir + "/kemu-copy", "/boot/vmlinuz", "/boot/initrd.img", KernelBootDir}) {
+				t.Errorf("kernel init container %+v", ic[1])
+			}
+			if m := env(pod.Spec.Containers[0]); m[KernelBootDir].Name != KernelBootVolume || !m[KernelBootDir].ReadOnly {
+				t.Errorf("kernel-boot mount %+v", m[KernelBootDir])
 			}
 		}},
 		{"kvm-limits-selectors", Input{KVM: true, VMI: vmi("1Gi", func(x *v1.VirtualMachineInstance) {

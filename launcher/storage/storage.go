@@ -74,6 +74,10 @@ type Options struct {
 	// <ContainerDiskDir>/<volume name>/<file>. They are used from there
 	// instead of Images.
 	ContainerDiskDir string
+	// KernelBootDir, when set, holds firmware.kernelBoot.container's kernel
+	// and initrd copied out of the image by an init container:
+	// <KernelBootDir>/<base name of kernelPath, initrdPath>.
+	KernelBootDir string
 	// PVCRoot holds the claims: <PVCRoot>/<claimName>/disk.img, or the block
 	// device <PVCRoot>/<claimName>.
 	PVCRoot string
@@ -564,7 +568,7 @@ func (pr *preparer) kernelBoot(ctx context.Context) error {
 	}
 	c := fw.KernelBoot.Container
 	field := "spec.domain.firmware.kernelBoot.container"
-	if pr.opts.Images == nil {
+	if pr.opts.Images == nil && pr.opts.KernelBootDir == "" {
 		return fieldErr(field+".image", "no image store configured")
 	}
 	kb := &KernelBoot{}
@@ -573,6 +577,14 @@ func (pr *preparer) kernelBoot(ctx context.Context) error {
 		dst        *string
 	}{{"kernelPath", c.KernelPath, &kb.Kernel}, {"initrdPath", c.InitrdPath, &kb.Initrd}} {
 		if f.path == "" {
+			continue
+		}
+		if pr.opts.KernelBootDir != "" {
+			p := filepath.Join(pr.opts.KernelBootDir, filepath.Base(f.path))
+			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+				return fieldErr(field+"."+f.name, "%s was not copied out of the image (no file %s): %w", f.path, p, images.ErrNotFound)
+			}
+			*f.dst = p
 			continue
 		}
 		p, err := pr.opts.Images.File(ctx, c.Image, c.ImagePullPolicy, f.path)

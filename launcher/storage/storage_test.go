@@ -703,3 +703,33 @@ func TestContainerDiskDir(t *testing.T) {
 		}
 	}
 }
+
+// A kernel and initrd copied out of the kernel-boot image by the Pod's init
+// container (Options.KernelBootDir) are used without pulling the image.
+func TestKernelBootDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"vmlinuz", "initrd.img"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vmi := func(kernel, initrd string) *v1alpha1.VirtualMachineInstance {
+		v := vmiWith()
+		v.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{
+			Image: "registry.example/never-pulled:1", KernelPath: kernel, InitrdPath: initrd}}}
+		return v
+	}
+	p, err := Prepare(ctxT(t), vmi("/boot/vmlinuz", "/boot/initrd.img"), Options{Dir: t.TempDir(), KernelBootDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Cleanup()
+	if k := p.Kernel; k == nil || k.Kernel != filepath.Join(dir, "vmlinuz") || k.Initrd != filepath.Join(dir, "initrd.img") {
+		t.Fatalf("kernel boot %+v", p.Kernel)
+	}
+	_, err = Prepare(ctxT(t), vmi("/boot/bzImage", ""), Options{Dir: t.TempDir(), KernelBootDir: dir})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "spec.domain.firmware.kernelBoot.container.kernelPath" || !strings.Contains(err.Error(), "not copied out of the image") {
+		t.Fatalf("missing kernel: %v", err)
+	}
+}

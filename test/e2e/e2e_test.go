@@ -209,13 +209,11 @@ func TestKernelBootVMI(t *testing.T) {
 	defer cancel()
 	const name = "kboot"
 	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", name, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
-	// kemu.local/testguest/kernelboot:latest is in the node's containerd,
-	// but the launcher pulls kernelBoot images from a registry itself
-	// (serveKernelBootImage): the same image, served from the node.
-	img := serveKernelBootImage(t, ev)
-	t.Logf("kernelboot image served as %s", img)
+	// kemu.local/testguest/kernelboot:latest is only in the node's
+	// containerd (no registry): the launcher Pod's init container copies
+	// the kernel and initrd out of it.
 	t0 := time.Now()
-	ev.apply(t, vmiManifest(vmiOptions{name: name, kernel: true, kernelImg: img, noNetwork: true, labels: map[string]string{"kemu-e2e": name}}))
+	ev.apply(t, vmiManifest(vmiOptions{name: name, kernel: true, noNetwork: true, labels: map[string]string{"kemu-e2e": name}}))
 	ev.waitRunning(ctx, t, name, bootTimeout)
 	t.Logf("kernel boot VMI Running %s after apply", time.Since(t0).Round(time.Millisecond))
 	con := ev.startConsole(t, name)

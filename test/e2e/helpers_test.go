@@ -64,8 +64,7 @@ type vmiOptions struct {
 	userData  string
 	ports     []int
 	labels    map[string]string
-	kernel    bool   // kernel boot from the kernelboot image instead of the containerDisk
-	kernelImg string // the kernelboot image reference (default kernelBootImage)
+	kernel    bool // kernel boot from the kernelboot image instead of the containerDisk
 	memory    string
 	grace     int
 	noNetwork bool
@@ -91,11 +90,7 @@ func vmiManifest(o vmiOptions) string {
 		w("    kernelBoot:")
 		w("      kernelArgs: console=ttyS0")
 		w("      container:")
-		img := o.kernelImg
-		if img == "" {
-			img = kernelBootImage
-		}
-		w("        image: %s", img)
+		w("        image: %s", kernelBootImage)
 		w("        imagePullPolicy: IfNotPresent")
 		w("        kernelPath: /boot/vmlinuz")
 		w("        initrdPath: /boot/initrd.img")
