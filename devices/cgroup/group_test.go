@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -321,7 +322,8 @@ func TestProcsStatsKill(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = g.Remove() })
 	fd, _ := g.FD()
-	cmd := exec.Command("sleep", "600")
+	// Some work first, so the cgroup has CPU time to show, then wait.
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec sleep 600")
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -330,12 +332,18 @@ func TestProcsStatsKill(t *testing.T) {
 	if err != nil || len(procs) != 1 || procs[0] != cmd.Process.Pid {
 		t.Fatalf("Procs = %v, %v; want [%d]", procs, err, cmd.Process.Pid)
 	}
-	st, err := g.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.CPU == nil || st.CPU.UsageUsec == 0 {
-		t.Errorf("CPU usage of a process that ran exec: %+v", st.CPU)
+	for end := time.Now().Add(30 * time.Second); ; {
+		st, err := g.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CPU != nil && st.CPU.UsageUsec > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no CPU usage in the cgroup of a busy process: %+v", st.CPU)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := g.Kill(); err != nil {
 		t.Fatal(err)

@@ -194,7 +194,7 @@ func TestKemuImages(t *testing.T) {
 	checks := map[string][]run{
 		"kemu-launcher": {
 			{[]string{"kemu-launcher", "--help"}, 2, "Usage of kemu-launcher"},
-			{[]string{"/usr/bin/kemu-copy"}, 2, "usage: kemu-copy SRC DSTDIR"},
+			{[]string{"/usr/bin/kemu-copy"}, 2, "usage: kemu-copy SRC... DSTDIR"},
 			{[]string{"kemuctl", "version"}, 0, "t1"},
 			{[]string{"qemu-system-x86_64", "--version"}, 0, "QEMU emulator version"},
 			{[]string{"qemu-img", "--version"}, 0, "qemu-img version"},
