@@ -14,9 +14,7 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -28,6 +26,8 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+
+	"github.com/kemu-dev/kemu/controller/worker"
 )
 
 // Defaults of Options.
@@ -164,39 +164,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("kemu-node", ctx.Done(), c.synced...) {
 		return errors.New("node controller: informer caches did not sync")
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, workers, "node", c.sync)
 	klog.InfoS("Stopped node controller")
 	return nil
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	after, err := c.sync(ctx, key)
-	if err != nil {
-		if !apierrors.IsConflict(err) {
-			utilruntime.HandleError(fmt.Errorf("node %s: %w", key, err))
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	if after > 0 {
-		c.queue.AddAfter(key, after)
-	}
-	return true
 }

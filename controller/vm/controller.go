@@ -18,10 +18,8 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -33,6 +31,8 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	listers "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+
+	"github.com/kemu-dev/kemu/controller/worker"
 )
 
 // Defaults of Options.
@@ -160,39 +160,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("kemu-vm", ctx.Done(), c.synced...) {
 		return errors.New("vm controller: informer caches did not sync")
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, workers, "vm", func(ctx context.Context, key string) (time.Duration, error) {
+		return 0, c.sync(ctx, key)
+	})
 	klog.InfoS("Stopped VM controller")
 	return nil
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		if apierrors.IsConflict(err) {
-			klog.V(4).InfoS("VM changed meanwhile, requeueing", "vm", key)
-		} else {
-			utilruntime.HandleError(fmt.Errorf("vm %s: %w", key, err))
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 func (c *Controller) enqueue(obj any) {

@@ -19,7 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -35,6 +34,8 @@ import (
 	"github.com/kemu-dev/kemu/controller/expectations"
 	"github.com/kemu-dev/kemu/controller/metrics"
 	"github.com/kemu-dev/kemu/controller/template"
+
+	"github.com/kemu-dev/kemu/controller/worker"
 )
 
 // QueueName names the controller's work queue (work-queue metrics label).
@@ -151,42 +152,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("vmi", ctx.Done(), c.synced...) {
 		return fmt.Errorf("vmi controller: caches did not sync")
 	}
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	logger.Info("Stopping controller")
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, workers, "vmi", func(ctx context.Context, key string) (time.Duration, error) {
+		res, err := c.sync(ctx, key)
+		return res.requeueAfter, err
+	})
+	logger.Info("Stopped controller")
 	return nil
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.next(ctx) {
-	}
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	res, err := c.sync(ctx, key)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		// Stopping: the next leader (or run) syncs the key again.
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "Syncing VMI, will retry", "vmi", key)
-		c.queue.AddRateLimited(key)
-	case res.requeueAfter > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, res.requeueAfter)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
 }
 
 func (c *Controller) enqueue(obj any) {

@@ -46,6 +46,8 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+
+	"github.com/kemu-dev/kemu/controller/worker"
 )
 
 // Launcher Pod labels (controller/template; the node agent does not import
@@ -210,13 +212,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return fmt.Errorf("vmi: caches did not sync")
 	}
 	logger.Info("Node agent VMI controller started", "workers", workers, "kubeletRoot", c.cfg.KubeletRoot)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, workers, "nodeagent-vmi", func(ctx context.Context, key string) (time.Duration, error) {
+		after, err := c.sync(ctx, key)
+		reconciles.WithLabelValues(map[bool]string{true: "error", false: "success"}[err != nil]).Inc()
+		return after, err
+	})
 	c.closeAll()
 	logger.Info("Node agent VMI controller stopped")
 	return nil
@@ -264,31 +264,4 @@ func (c *Controller) enqueuePod(obj any) {
 		return
 	}
 	c.queue.Add(pod.Namespace + "/" + pod.Labels[vmiNameLabel])
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	after, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
-		reconciles.WithLabelValues("error").Inc()
-		klog.FromContext(ctx).Error(err, "Reconciling VMI", "vmi", key)
-		c.queue.AddRateLimited(key)
-	default:
-		reconciles.WithLabelValues("success").Inc()
-		c.queue.Forget(key)
-		if after > 0 {
-			c.queue.AddAfter(key, after)
-		}
-	}
-	return true
 }
