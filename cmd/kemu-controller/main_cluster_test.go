@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,15 +32,8 @@ func TestServe(t *testing.T) {
 		t.Fatal(err) // no binaries: run make k8s
 	}
 	defer c.Stop()
-	root, err := cluster.RepoRoot()
-	if err != nil {
+	if err := c.InstallCRDs(); err != nil {
 		t.Fatal(err)
-	}
-	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-		t.Fatal(err, stderr)
-	}
-	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/virtualmachineinstances.kemu.dev"); err != nil {
-		t.Fatal(err, stderr)
 	}
 	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
@@ -25,14 +24,8 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/vm"
 	"github.com/kemu-dev/kemu/test/cluster"
+	"k8s.io/client-go/tools/record"
 )
-
-type vmTestRecorder struct{}
-
-func (vmTestRecorder) Event(runtime.Object, string, string, string)          {}
-func (vmTestRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
-func (vmTestRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
-}
 
 // TestStartStopRestart runs kemuctl start, stop and restart against a real
 // kube-apiserver with the VM controller running (the VMI phases are set by
@@ -45,22 +38,14 @@ func TestStartStopRestart(t *testing.T) {
 		t.Fatalf("%v (run make k8s)", err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	root, err := cluster.RepoRoot()
-	if err != nil {
+	if err := c.InstallCRDs(); err != nil {
 		t.Fatal(err)
-	}
-	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
-	}
-	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/virtualmachineinstances.kemu.dev", "crd/virtualmachines.kemu.dev"); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
 	}
 	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
 	ki := kubeinformers.NewSharedInformerFactory(kube, 0)
 	vi := kemuinformers.NewSharedInformerFactory(kemu, 0)
-	ctrl, err := vm.New(kube, kemu, ki, vi, vmTestRecorder{}, vm.Options{})
+	ctrl, err := vm.New(kube, kemu, ki, vi, &record.FakeRecorder{} /* discards events */, vm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

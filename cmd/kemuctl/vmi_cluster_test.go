@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,16 +30,8 @@ func startCRDCluster(ctx context.Context, t *testing.T, opts cluster.Options) *c
 		t.Fatalf("%v (run make k8s)", err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	root, err := cluster.RepoRoot()
-	if err != nil {
+	if err := c.InstallCRDs(); err != nil {
 		t.Fatal(err)
-	}
-	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
-	}
-	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/virtualmachineinstances.kemu.dev"); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
 	}
 	t.Logf("cluster with CRDs up in %s", time.Since(t0).Round(time.Millisecond))
 	return c

@@ -6,13 +6,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -21,14 +19,8 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/test/cluster"
+	"k8s.io/client-go/tools/record"
 )
-
-type nopRecorder struct{}
-
-func (nopRecorder) Event(runtime.Object, string, string, string)          {}
-func (nopRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
-func (nopRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
-}
 
 // TestNodeController: on a real kube-apiserver (no kubelet: Nodes and Pods
 // are made by hand), a node whose heartbeat is stale becomes unschedulable
@@ -44,16 +36,8 @@ func TestNodeController(t *testing.T) {
 		t.Fatalf("%v (run make k8s)", err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	root, err := cluster.RepoRoot()
-	if err != nil {
+	if err := c.InstallCRDs(); err != nil {
 		t.Fatal(err)
-	}
-	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
-	}
-	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/virtualmachineinstances.kemu.dev"); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
 	}
 	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
@@ -108,7 +92,7 @@ func TestNodeController(t *testing.T) {
 
 	ki := kubeinformers.NewSharedInformerFactory(kube, 0)
 	vi := kemuinformers.NewSharedInformerFactory(kemu, 0)
-	ctrl, err := New(kube, kemu, ki, vi, nopRecorder{}, Options{HeartbeatTimeout: time.Minute, RecheckInterval: time.Second})
+	ctrl, err := New(kube, kemu, ki, vi, &record.FakeRecorder{} /* discards events */, Options{HeartbeatTimeout: time.Minute, RecheckInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -59,19 +58,7 @@ func TestMain(m *testing.M) {
 }
 
 func installCRDs() error {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	if _, stderr, err := shared.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-		return fmt.Errorf("kubectl apply: %v: %s", err, stderr)
-	}
-	_, stderr, err := shared.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/virtualmachineinstances.kemu.dev", "crd/virtualmachines.kemu.dev")
-	if err != nil {
-		return fmt.Errorf("kubectl wait: %v: %s", err, stderr)
-	}
-	return nil
+	return shared.InstallCRDs()
 }
 
 // recorder keeps events for assertions.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -70,18 +69,8 @@ func TestMain(m *testing.M) {
 	}
 	shared = c
 	code := func() int {
-		root, err := cluster.RepoRoot()
-		if err != nil {
+		if err := c.InstallCRDs(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-			fmt.Fprintln(os.Stderr, "installing CRDs:", err, stderr)
-			return 1
-		}
-		if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
-			"crd/virtualmachineinstances.kemu.dev"); err != nil {
-			fmt.Fprintln(os.Stderr, "waiting for CRDs:", err, stderr)
 			return 1
 		}
 		cfg := c.RESTConfig()

@@ -68,15 +68,8 @@ func serve(ctx context.Context, c *cluster.Cluster, crds bool, out string) int {
 		kubeconfig = out
 	}
 	if crds {
-		root, err := cluster.RepoRoot()
-		if err == nil {
-			_, _, err = c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd"))
-		}
-		if err == nil {
-			_, _, err = c.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "cluster: CRDs:", err)
+		if err := c.InstallCRDs(); err != nil {
+			fmt.Fprintln(os.Stderr, "cluster:", err)
 			return 1
 		}
 	}

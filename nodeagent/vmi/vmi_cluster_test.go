@@ -94,12 +94,8 @@ func testMain(m *testing.M) int {
 	}
 	defer c.Stop()
 	env.c = c
-	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
-		return fail("installing CRDs", fmt.Errorf("%v: %s", err, stderr))
-	}
-	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/virtualmachineinstances.kemu.dev"); err != nil {
-		return fail("waiting for CRDs", fmt.Errorf("%v: %s", err, stderr))
+	if err := c.InstallCRDs(); err != nil {
+		return fail("installing CRDs", err)
 	}
 	env.kube = kubernetes.NewForConfigOrDie(c.RESTConfig())
 	env.kemu = versioned.NewForConfigOrDie(c.RESTConfig())
