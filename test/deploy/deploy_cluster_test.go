@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +29,7 @@ import (
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/test/cluster"
+	"github.com/kemu-dev/kemu/test/deploytest"
 )
 
 const ns = "kemu-system"
@@ -57,87 +56,6 @@ func images(t *testing.T, root string) (dir, version string) {
 	}
 	t.Logf("images ready in %s: %s", time.Since(t0).Round(time.Millisecond), strings.TrimSpace(string(out)))
 	return dir, strings.TrimSpace(string(b))
-}
-
-// overlay writes a kustomization over deploy/ for the test node: the
-// images at the built version (so kustomize's retagging, including the
-// launcher image in the controller's ConfigMap, is what runs), the
-// kubelet's root and the probe cache in the cluster's temp folder.
-//
-// test/cluster runs no kube-proxy and its apiserver listens on 127.0.0.1
-// only, so the Service 10.0.0.1 that in-cluster clients use leads nowhere:
-// the controller and the node agent run in the host's network namespace
-// here and are pointed at the apiserver with KUBERNETES_SERVICE_HOST/PORT
-// (the in-cluster config's inputs), on free ports. A real cluster needs
-// none of this.
-func overlay(t *testing.T, root, version string, c *cluster.Cluster) string {
-	t.Helper()
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(root, "deploy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(c.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(c.Dir, "kemu-state")
-	metrics, health := freePort(t), freePort(t)
-	hostNet := func(argIndex int, arg string, port int) string {
-		return fmt.Sprintf(`
-      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
-      - {op: replace, path: /spec/template/spec/containers/0/args/%d, value: "%s"}
-      - {op: replace, path: /spec/template/spec/containers/0/ports/0/containerPort, value: %d}
-      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: "%s"}}
-      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "%s"}}`,
-			argIndex, arg, port, u.Hostname(), u.Port())
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-images:
-  - name: kemu.local/kemu-controller
-    newTag: %[2]s
-  - name: kemu.local/kemu-nodeagent
-    newTag: %[2]s
-  - name: kemu.local/kemu-launcher
-    newTag: %[2]s
-patches:
-  - target: {kind: DaemonSet, name: kemu-nodeagent}
-    patch: |
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: kemu-nodeagent}
-      spec:
-        template:
-          spec:
-            volumes:
-              - name: kubelet-root
-                hostPath: {path: %[3]s, type: Directory}
-              - name: state
-                hostPath: {path: %[4]s, type: DirectoryOrCreate}
-  - target: {kind: DaemonSet, name: kemu-nodeagent}
-    patch: |%[5]s
-  - target: {kind: Deployment, name: kemu-controller}
-    patch: |%[6]s
-`, rel, version, c.KubeletRootDir, state,
-		hostNet(1, fmt.Sprintf("--health-addr=:%d", health), health),
-		hostNet(3, fmt.Sprintf("--metrics-addr=:%d", metrics), metrics))
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // poll calls f every interval until it returns nil or ctx ends (then the
@@ -198,7 +116,10 @@ func TestDeploy(t *testing.T) {
 	}
 	t.Logf("images imported in %s", time.Since(t0).Round(time.Millisecond))
 
-	dir := overlay(t, root, version, c)
+	dir := t.TempDir()
+	if _, err := deploytest.Overlay(dir, c, version); err != nil {
+		t.Fatal(err)
+	}
 	t0 = time.Now()
 	if out, _, err := c.Kubectl("apply", "-k", dir); err != nil {
 		t.Fatal(err)

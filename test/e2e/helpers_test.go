@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // kubectl runs kubectl against the cluster and fails the test on an error.
@@ -446,28 +447,10 @@ func ancestors(pid int) []string {
 	return out
 }
 
-// syncBuffer is a Buffer safe for a writer goroutine and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // console is a running `kemuctl console VMI`.
 type console struct {
 	cmd   *exec.Cmd
-	out   syncBuffer
+	out   testguest.SyncBuffer
 	stdin io.WriteCloser
 	done  chan error
 	once  sync.Once

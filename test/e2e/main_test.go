@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +21,7 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/test/cluster"
+	"github.com/kemu-dev/kemu/test/deploytest"
 )
 
 const (
@@ -239,66 +238,9 @@ func (ev *env) writeOverlay() error {
 	if err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(dir, filepath.Join(ev.root, "deploy"))
-	if err != nil {
-		return err
-	}
-	u, err := url.Parse(ev.c.Host)
-	if err != nil {
-		return err
-	}
-	metrics, err := freePort()
-	if err != nil {
-		return err
-	}
-	if ev.healthPort, err = freePort(); err != nil {
-		return err
-	}
-	hostNet := func(argIndex int, arg string, port int) string {
-		return fmt.Sprintf(`
-      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
-      - {op: replace, path: /spec/template/spec/containers/0/args/%d, value: "%s"}
-      - {op: replace, path: /spec/template/spec/containers/0/ports/0/containerPort, value: %d}
-      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: "%s"}}
-      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "%s"}}`,
-			argIndex, arg, port, u.Hostname(), u.Port())
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-patches:
-  - target: {kind: DaemonSet, name: kemu-nodeagent}
-    patch: |
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: kemu-nodeagent}
-      spec:
-        template:
-          spec:
-            volumes:
-              - name: kubelet-root
-                hostPath: {path: %s, type: Directory}
-              - name: state
-                hostPath: {path: %s, type: DirectoryOrCreate}
-  - target: {kind: DaemonSet, name: kemu-nodeagent}
-    patch: |%s
-  - target: {kind: Deployment, name: kemu-controller}
-    patch: |%s
-`, rel, ev.c.KubeletRootDir, filepath.Join(ev.c.Dir, "kemu-state"),
-		hostNet(1, fmt.Sprintf("--health-addr=:%d", ev.healthPort), ev.healthPort),
-		hostNet(3, fmt.Sprintf("--metrics-addr=:%d", metrics), metrics))
-	ev.overlay = dir
-	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	ports, err := deploytest.Overlay(dir, ev.c, "")
+	ev.overlay, ev.healthPort = dir, ports.Health
+	return err
 }
 
 // teardown deletes what the tests left (VMs first: they would recreate
