@@ -117,7 +117,7 @@ func TestRealKubelet(t *testing.T) {
 	t.Logf("kubelet restarted (Ready) in %s", time.Since(t0).Round(time.Millisecond))
 	// The log is appended to; each start writes a "+ <command>" line.
 	klog := filepath.Join(c.Dir, "kubelet.log")
-	if err := pollUntil(ctx, func() error {
+	if err := cluster.Poll(ctx, func() error {
 		b, err := os.ReadFile(klog)
 		if err != nil {
 			return err
@@ -170,7 +170,7 @@ func runTunPod(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kuberne
 		}
 	}()
 	var last *corev1.Pod
-	if err := pollUntil(ctx, func() error {
+	if err := cluster.Poll(ctx, func() error {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -180,7 +180,7 @@ func runTunPod(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kuberne
 		case corev1.PodSucceeded:
 			return nil
 		case corev1.PodFailed:
-			return stopPolling{fmt.Errorf("pod %s failed: %s", name, p.Status.Message)}
+			return cluster.StopPolling{Err: fmt.Errorf("pod %s failed: %s", name, p.Status.Message)}
 		}
 		return fmt.Errorf("pod %s is %s", name, p.Status.Phase)
 	}); err != nil {
@@ -210,7 +210,7 @@ func runTunPod(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kuberne
 // returns the devices.kemu.dev part of its capacity and allocatable.
 func waitAllocatable(ctx context.Context, cs kubernetes.Interface, want map[corev1.ResourceName]int64) (string, error) {
 	var last string
-	err := pollUntil(ctx, func() error {
+	err := cluster.Poll(ctx, func() error {
 		n, err := cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -251,31 +251,4 @@ func devices(l corev1.ResourceList) map[string]string {
 		}
 	}
 	return out
-}
-
-// stopPolling ends pollUntil early with its error.
-type stopPolling struct{ err error }
-
-func (s stopPolling) Error() string { return s.err.Error() }
-
-// pollUntil calls f every 100 ms until it returns nil or a stopPolling
-// error, or ctx ends.
-func pollUntil(ctx context.Context, f func() error) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		var sp stopPolling
-		if errors.As(err, &sp) {
-			return sp.err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %v", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
 }

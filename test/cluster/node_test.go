@@ -88,7 +88,7 @@ func TestNode(t *testing.T) {
 	// The emptyDir is a folder under the kubelet root on the host.
 	hostFile := filepath.Join(c.KubeletRootDir, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "data", "hello")
 	var got []byte
-	if err := pollUntil(ctx, func() error {
+	if err := cluster.Poll(ctx, func() error {
 		got, err = os.ReadFile(hostFile)
 		return err
 	}); err != nil {
@@ -98,7 +98,7 @@ func TestNode(t *testing.T) {
 		t.Errorf("%s = %q, want %q", hostFile, got, marker)
 	}
 
-	if err := pollUntil(ctx, func() error {
+	if err := cluster.Poll(ctx, func() error {
 		out, _, err := c.Kubectl("logs", pod.Name)
 		if err == nil && !strings.Contains(out, "wrote /data/hello") {
 			err = fmt.Errorf("log %q", out)
@@ -114,7 +114,7 @@ func TestNode(t *testing.T) {
 	}
 	t.Logf("pod deleted in %s", time.Since(t0).Round(time.Millisecond))
 	podDir := filepath.Join(c.KubeletRootDir, "pods", string(pod.UID))
-	if err := pollUntil(ctx, func() error {
+	if err := cluster.Poll(ctx, func() error {
 		if _, err := os.Stat(podDir); err == nil {
 			return fmt.Errorf("%s still exists", podDir)
 		}
@@ -150,7 +150,7 @@ func TestNode(t *testing.T) {
 // waitPod polls the Pod until cond says done, it fails, or ctx ends.
 func waitPod(ctx context.Context, cs kubernetes.Interface, ns, name string, cond func(*corev1.Pod) (bool, error)) error {
 	var last string
-	err := pollUntil(ctx, func() error {
+	err := cluster.Poll(ctx, func() error {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -158,7 +158,7 @@ func waitPod(ctx context.Context, cs kubernetes.Interface, ns, name string, cond
 		last = podSummary(p)
 		done, err := cond(p)
 		if err != nil {
-			return stopPolling{err}
+			return cluster.StopPolling{Err: err}
 		}
 		if !done {
 			return errors.New(last)
@@ -188,31 +188,4 @@ func podSummary(p *corev1.Pod) string {
 		fmt.Fprintf(&b, "; init %s ready=%v", e.Name, e.Ready)
 	}
 	return b.String()
-}
-
-// stopPolling ends pollUntil early with its error.
-type stopPolling struct{ err error }
-
-func (s stopPolling) Error() string { return s.err.Error() }
-
-// pollUntil calls f every 100 ms until it returns nil or a stopPolling
-// error, or ctx ends.
-func pollUntil(ctx context.Context, f func() error) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		var sp stopPolling
-		if errors.As(err, &sp) {
-			return sp.err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %v", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
 }
