@@ -111,8 +111,11 @@ type InfoResponse struct {
 	Version           string   `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	SupportedVersions []string `protobuf:"bytes,2,rep,name=supported_versions,json=supportedVersions,proto3" json:"supported_versions,omitempty"`
 	LauncherVersion   string   `protobuf:"bytes,3,opt,name=launcher_version,json=launcherVersion,proto3" json:"launcher_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The UID of the VMI this launcher was started for (its Pod's
+	// --vmi-uid); "" standalone. Sync refuses any other VMI.
+	VmiUid        string `protobuf:"bytes,4,opt,name=vmi_uid,json=vmiUid,proto3" json:"vmi_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -162,6 +165,13 @@ func (x *InfoResponse) GetSupportedVersions() []string {
 func (x *InfoResponse) GetLauncherVersion() string {
 	if x != nil {
 		return x.LauncherVersion
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetVmiUid() string {
+	if x != nil {
+		return x.VmiUid
 	}
 	return ""
 }
@@ -1516,11 +1526,12 @@ const file_launcher_proto_rawDesc = "" +
 	"\x0elauncher.proto\x12\x10kemu.launcher.v1\"\a\n" +
 	"\x05Empty\"<\n" +
 	"\vInfoRequest\x12-\n" +
-	"\x12supported_versions\x18\x01 \x03(\tR\x11supportedVersions\"\x82\x01\n" +
+	"\x12supported_versions\x18\x01 \x03(\tR\x11supportedVersions\"\x9b\x01\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12-\n" +
 	"\x12supported_versions\x18\x02 \x03(\tR\x11supportedVersions\x12)\n" +
-	"\x10launcher_version\x18\x03 \x01(\tR\x0flauncherVersion\"\r\n" +
+	"\x10launcher_version\x18\x03 \x01(\tR\x0flauncherVersion\x12\x17\n" +
+	"\avmi_uid\x18\x04 \x01(\tR\x06vmiUid\"\r\n" +
 	"\vPingRequest\"&\n" +
 	"\fPingResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\"(\n" +
@@ -1622,8 +1633,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\rConsoleOutput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\"\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
-	"\x03uri\x18\x01 \x01(\tR\x03uri2\xc5\n" +
-	"\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri2\x85\v\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -1632,7 +1642,9 @@ const file_launcher_proto_rawDesc = "" +
 	"\aUnpause\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12O\n" +
 	"\bShutdown\x12!.kemu.launcher.v1.ShutdownRequest\x1a .kemu.launcher.v1.DomainResponse\x12A\n" +
 	"\x04Kill\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x129\n" +
-	"\x05Reset\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12F\n" +
+	"\x05Reset\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12>\n" +
+	"\n" +
+	"SoftReboot\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12F\n" +
 	"\tGetDomain\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x12D\n" +
 	"\bGetStats\x12\x17.kemu.launcher.v1.Empty\x1a\x1f.kemu.launcher.v1.StatsResponse\x12=\n" +
 	"\tGuestPing\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12I\n" +
@@ -1701,38 +1713,40 @@ var file_launcher_proto_depIdxs = []int32{
 	7,  // 13: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
 	0,  // 14: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
 	0,  // 15: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	0,  // 16: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	0,  // 17: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	0,  // 18: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	0,  // 19: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	16, // 20: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	19, // 21: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	21, // 22: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	23, // 23: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	5,  // 24: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	0,  // 25: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	0,  // 26: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	2,  // 27: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	4,  // 28: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	6,  // 29: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	0,  // 30: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	0,  // 31: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	10, // 32: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	10, // 33: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	0,  // 34: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	10, // 35: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	13, // 36: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	0,  // 37: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	15, // 38: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	17, // 39: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	20, // 40: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	22, // 41: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	0,  // 42: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	0,  // 43: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
-	0,  // 44: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	0,  // 45: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	27, // [27:46] is the sub-list for method output_type
-	8,  // [8:27] is the sub-list for method input_type
+	0,  // 16: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	0,  // 17: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	0,  // 18: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	0,  // 19: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	0,  // 20: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	16, // 21: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	19, // 22: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	21, // 23: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	23, // 24: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	5,  // 25: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	0,  // 26: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	0,  // 27: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	2,  // 28: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	4,  // 29: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	6,  // 30: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	0,  // 31: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	0,  // 32: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	10, // 33: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	10, // 34: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	0,  // 35: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	0,  // 36: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.Empty
+	10, // 37: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	13, // 38: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	0,  // 39: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	15, // 40: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	17, // 41: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	20, // 42: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	22, // 43: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	0,  // 44: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	0,  // 45: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
+	0,  // 46: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	0,  // 47: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	28, // [28:48] is the sub-list for method output_type
+	8,  // [8:28] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name

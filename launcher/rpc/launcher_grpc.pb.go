@@ -31,6 +31,7 @@ const (
 	Launcher_Shutdown_FullMethodName               = "/kemu.launcher.v1.Launcher/Shutdown"
 	Launcher_Kill_FullMethodName                   = "/kemu.launcher.v1.Launcher/Kill"
 	Launcher_Reset_FullMethodName                  = "/kemu.launcher.v1.Launcher/Reset"
+	Launcher_SoftReboot_FullMethodName             = "/kemu.launcher.v1.Launcher/SoftReboot"
 	Launcher_GetDomain_FullMethodName              = "/kemu.launcher.v1.Launcher/GetDomain"
 	Launcher_GetStats_FullMethodName               = "/kemu.launcher.v1.Launcher/GetStats"
 	Launcher_GuestPing_FullMethodName              = "/kemu.launcher.v1.Launcher/GuestPing"
@@ -61,6 +62,8 @@ type LauncherClient interface {
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*DomainResponse, error)
 	Kill(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*DomainResponse, error)
 	Reset(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
+	// SoftReboot asks the guest to reboot: Ctrl+Alt+Delete on its keyboard.
+	SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 	GetDomain(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*DomainResponse, error)
 	GetStats(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatsResponse, error)
 	GuestPing(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
@@ -161,6 +164,16 @@ func (c *launcherClient) Reset(ctx context.Context, in *Empty, opts ...grpc.Call
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
 	err := c.cc.Invoke(ctx, Launcher_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Launcher_SoftReboot_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +319,8 @@ type LauncherServer interface {
 	Shutdown(context.Context, *ShutdownRequest) (*DomainResponse, error)
 	Kill(context.Context, *Empty) (*DomainResponse, error)
 	Reset(context.Context, *Empty) (*Empty, error)
+	// SoftReboot asks the guest to reboot: Ctrl+Alt+Delete on its keyboard.
+	SoftReboot(context.Context, *Empty) (*Empty, error)
 	GetDomain(context.Context, *Empty) (*DomainResponse, error)
 	GetStats(context.Context, *Empty) (*StatsResponse, error)
 	GuestPing(context.Context, *Empty) (*Empty, error)
@@ -355,6 +370,9 @@ func (UnimplementedLauncherServer) Kill(context.Context, *Empty) (*DomainRespons
 }
 func (UnimplementedLauncherServer) Reset(context.Context, *Empty) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedLauncherServer) SoftReboot(context.Context, *Empty) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method SoftReboot not implemented")
 }
 func (UnimplementedLauncherServer) GetDomain(context.Context, *Empty) (*DomainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDomain not implemented")
@@ -550,6 +568,24 @@ func _Launcher_Reset_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LauncherServer).Reset(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_SoftReboot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).SoftReboot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_SoftReboot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).SoftReboot(ctx, req.(*Empty))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -772,6 +808,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Launcher_Reset_Handler,
+		},
+		{
+			MethodName: "SoftReboot",
+			Handler:    _Launcher_SoftReboot_Handler,
 		},
 		{
 			MethodName: "GetDomain",
