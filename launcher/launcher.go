@@ -31,6 +31,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/images"
 	"github.com/kemu-dev/kemu/launcher/storage"
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup"
 	"github.com/kemu-dev/kemu/qmp"
 	goselinux "github.com/opencontainers/selinux/go-selinux"
@@ -320,7 +321,20 @@ func (l *Launcher) Start(ctx context.Context) (err error) {
 // that forked dies, so the thread must outlive QEMU, and the launcher dying
 // takes QEMU with it.
 func (l *Launcher) exec(accel string, vhostNet bool) error {
-	cmd := exec.Command(l.cfg.QEMU, l.argv...)
+	id, err := l.qemuIdentity(accel, vhostNet)
+	if err != nil {
+		return err
+	}
+	if err := l.grantQEMU(id); err != nil {
+		return err
+	}
+	// QEMU's sockets: group-only (the runtime directory is root:QEMU 0770;
+	// the launcher reaches them as a member of QEMU's group, see
+	// unpriv.DropLauncherCapabilities).
+	cmd, err := unpriv.Command(unpriv.Spec{Identity: id, Umask: 0o007, SELinuxLabel: l.label.Process}, l.cfg.QEMU, l.argv...)
+	if err != nil {
+		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if !l.cfg.NoDeviceCgroup {
 		// QEMU is cloned straight into its device cgroup (CLONE_INTO_CGROUP):
@@ -337,27 +351,11 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	cmd.Dir = l.cfg.Dir
 	started := make(chan error, 1)
 	go func() {
+		// The thread that forks must outlive QEMU: its death is QEMU's
+		// parent-death signal. The helper sets QEMU's SELinux label itself.
 		runtime.LockOSThread()
-		// QEMU gets the VM's SELinux label from this thread's exec label. If
-		// clearing it fails the thread stays locked, and the Go runtime
-		// discards it when this goroutine ends.
-		reset, err := l.label.SetExecForThisThread()
-		if err != nil {
-			runtime.UnlockOSThread()
-			started <- err
-			return
-		}
-		err = cmd.Start()
-		if rerr := reset(); rerr != nil {
-			err = errors.Join(err, rerr)
-		} else {
-			defer runtime.UnlockOSThread()
-		}
-		if err != nil {
-			if cmd.Process != nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
 			started <- err
 			return
 		}
@@ -375,7 +373,7 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 			d.DeviceCgroup = l.cgroup.Path()
 		}
 	})
-	klog.InfoS("QEMU started", "pid", cmd.Process.Pid, "vmi", klog.KObj(l.vmi))
+	klog.InfoS("QEMU started", "pid", cmd.Process.Pid, "uid", id.UID, "gid", id.GID, "vmi", klog.KObj(l.vmi))
 	return nil
 }
 
@@ -547,7 +545,8 @@ func (l *Launcher) dialQMP(ctx context.Context) (*qmp.Monitor, error) {
 	if err != nil {
 		select {
 		case <-l.exited:
-			return nil, fmt.Errorf("launcher: QEMU exited at start (%v): %s", l.exitErr, l.stderr.String())
+			out := l.stderr.String()
+			return nil, fmt.Errorf("launcher: QEMU exited at start (%v): %s%s", l.exitErr, out, permissionHint(out))
 		default:
 		}
 		return nil, fmt.Errorf("launcher: QMP: %w", err)
