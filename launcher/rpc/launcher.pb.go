@@ -850,9 +850,12 @@ type StatsResponse struct {
 	// CPU time of all of QEMU's threads, from its cgroup (0 without one).
 	QemuCpuTimeNanos int64 `protobuf:"varint,4,opt,name=qemu_cpu_time_nanos,json=qemuCpuTimeNanos,proto3" json:"qemu_cpu_time_nanos,omitempty"`
 	// QEMU's resident memory.
-	QemuRssBytes  int64 `protobuf:"varint,5,opt,name=qemu_rss_bytes,json=qemuRssBytes,proto3" json:"qemu_rss_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QemuRssBytes int64 `protobuf:"varint,5,opt,name=qemu_rss_bytes,json=qemuRssBytes,proto3" json:"qemu_rss_bytes,omitempty"`
+	// Lines over 1 MiB the guest sent on its agent channel since the launcher
+	// started; each was dropped and its connection reset.
+	GuestAgentLinesDropped int64 `protobuf:"varint,6,opt,name=guest_agent_lines_dropped,json=guestAgentLinesDropped,proto3" json:"guest_agent_lines_dropped,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -916,6 +919,13 @@ func (x *StatsResponse) GetQemuCpuTimeNanos() int64 {
 func (x *StatsResponse) GetQemuRssBytes() int64 {
 	if x != nil {
 		return x.QemuRssBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetGuestAgentLinesDropped() int64 {
+	if x != nil {
+		return x.GuestAgentLinesDropped
 	}
 	return 0
 }
@@ -1582,13 +1592,14 @@ const file_launcher_proto_rawDesc = "" +
 	"\brd_bytes\x18\x03 \x01(\x03R\ardBytes\x12\x19\n" +
 	"\bwr_bytes\x18\x04 \x01(\x03R\awrBytes\x12#\n" +
 	"\rrd_operations\x18\x05 \x01(\x03R\frdOperations\x12#\n" +
-	"\rwr_operations\x18\x06 \x01(\x03R\fwrOperations\"\xf9\x01\n" +
+	"\rwr_operations\x18\x06 \x01(\x03R\fwrOperations\"\xb4\x02\n" +
 	"\rStatsResponse\x12,\n" +
 	"\x05vcpus\x18\x01 \x03(\v2\x16.kemu.launcher.v1.VCPUR\x05vcpus\x123\n" +
 	"\x06blocks\x18\x02 \x03(\v2\x1b.kemu.launcher.v1.BlockStatR\x06blocks\x120\n" +
 	"\x14balloon_actual_bytes\x18\x03 \x01(\x03R\x12balloonActualBytes\x12-\n" +
 	"\x13qemu_cpu_time_nanos\x18\x04 \x01(\x03R\x10qemuCpuTimeNanos\x12$\n" +
-	"\x0eqemu_rss_bytes\x18\x05 \x01(\x03R\fqemuRssBytes\"Y\n" +
+	"\x0eqemu_rss_bytes\x18\x05 \x01(\x03R\fqemuRssBytes\x129\n" +
+	"\x19guest_agent_lines_dropped\x18\x06 \x01(\x03R\x16guestAgentLinesDropped\"Y\n" +
 	"\x0eGuestInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
