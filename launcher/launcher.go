@@ -758,6 +758,12 @@ func (l *Launcher) Unpause(ctx context.Context) error {
 // Reset resets the machine.
 func (l *Launcher) Reset(ctx context.Context) error { return l.mon.SystemReset(ctx) }
 
+// SoftReboot asks the guest OS to reboot itself: Ctrl+Alt+Delete on its
+// keyboard (Linux and Windows reboot cleanly; a guest may ignore it).
+func (l *Launcher) SoftReboot(ctx context.Context) error {
+	return l.mon.SendKey(ctx, 0, qmp.CtrlAltDelete...)
+}
+
 // Shutdown presses the ACPI power button, again every 5 s, until the guest
 // powers off or grace ends; then asks QEMU to quit, and kills it if it does
 // not. It returns when QEMU is gone and everything is cleaned up.

@@ -24,9 +24,10 @@ type Agent struct {
 	needSync bool
 }
 
-// NewAgent wraps an open connection to a guest agent socket.
+// NewAgent wraps an open connection to a guest agent socket. Lines over
+// MaxAgentLineSize end it (see AgentLinesDropped).
 func NewAgent(c net.Conn) *Agent {
-	a := &Agent{k: newConn(c, true, 0), needSync: true}
+	a := &Agent{k: newConn(c, true, MaxAgentLineSize), needSync: true}
 	a.k.start()
 	return a
 }

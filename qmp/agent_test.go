@@ -1,8 +1,12 @@
 package qmp
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
+	"io"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -155,5 +159,104 @@ func TestAgentClosedConnection(t *testing.T) {
 	f.close()
 	if err := a.Ping(ctxT(t)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("ping on a closed agent: %v", err)
+	}
+}
+
+// junkReader yields n bytes of 'x' and never a newline (n < 0: forever).
+type junkReader struct{ n int }
+
+func (j *junkReader) Read(p []byte) (int, error) {
+	if j.n == 0 {
+		return 0, io.EOF
+	}
+	if j.n > 0 && len(p) > j.n {
+		p = p[:j.n]
+	}
+	for i := range p {
+		p[i] = 'x'
+	}
+	if j.n > 0 {
+		j.n -= len(p)
+	}
+	return len(p), nil
+}
+
+// readMessage takes a line up to the limit (newline included) and refuses
+// a longer one after reading at most the limit, whatever follows: memory
+// does not grow with the junk.
+func TestReadMessageBounded(t *testing.T) {
+	const max = 64 << 10
+	for _, tc := range []struct {
+		name    string
+		in      io.Reader
+		wantLen int  // of the line returned
+		tooLong bool // ErrLineTooLong
+	}{
+		{name: "short line", in: strings.NewReader("{}\n"), wantLen: 3},
+		{name: "exactly the limit", in: strings.NewReader(strings.Repeat("x", max-1) + "\n"), wantLen: max},
+		{name: "one byte over", in: strings.NewReader(strings.Repeat("x", max) + "\n"), tooLong: true},
+		{name: "many times over, newline far away", in: io.MultiReader(&junkReader{n: 200 * max}, strings.NewReader("\n")), tooLong: true},
+		{name: "endless junk", in: &junkReader{n: -1}, tooLong: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			line, err := readMessage(bufio.NewReaderSize(tc.in, 4<<10), max)
+			runtime.ReadMemStats(&after)
+			if tc.tooLong {
+				if !errors.Is(err, ErrLineTooLong) || line != nil {
+					t.Fatalf("got %d bytes, %v; want ErrLineTooLong", len(line), err)
+				}
+			} else if err != nil || len(line) != tc.wantLen {
+				t.Fatalf("got %d bytes, %v; want %d", len(line), err, tc.wantLen)
+			}
+			// The reader's own buffer and at most ~2x the limit for the line.
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*max+(64<<10) {
+				t.Errorf("allocated %d bytes for a %d-byte limit", alloc, max)
+			}
+		})
+	}
+}
+
+// A guest that floods the agent channel with one endless line: the pending
+// command fails with ErrClosed caused by ErrLineTooLong, the line is
+// counted, and the connection is gone (a new Agent must be dialled). A line
+// just under the limit still works.
+func TestAgentOversizeLineResetsAndCounts(t *testing.T) {
+	c, f := newFake(t)
+	a := NewAgent(c)
+	defer a.Close()
+	a.needSync = false
+	before := AgentLinesDropped()
+	go func() {
+		req := f.recv()
+		// A reply just under the limit, then endless junk.
+		pad := MaxAgentLineSize - len(`{"return": {"pad": ""}, "id": }`) - len(req.ID) - 1
+		f.send(`{"return": {"pad": "` + strings.Repeat("p", pad) + `"}, "id": ` + string(req.ID) + "}\n")
+		f.recv()
+		chunk := strings.Repeat("x", 256<<10)
+		for range 4 * MaxAgentLineSize / len(chunk) {
+			if _, err := f.c.Write([]byte(chunk)); err != nil {
+				return // the client reset the connection
+			}
+		}
+	}()
+	var big struct {
+		Pad string `json:"pad"`
+	}
+	if err := a.Execute(ctxT(t), "guest-info", nil, &big); err != nil || len(big.Pad) == 0 {
+		t.Fatalf("a reply under the limit: %d bytes, %v", len(big.Pad), err)
+	}
+	err := a.Ping(ctxT(t))
+	if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrLineTooLong) {
+		t.Fatalf("ping during a flood: %v, want ErrClosed and ErrLineTooLong", err)
+	}
+	if got := AgentLinesDropped() - before; got != 1 {
+		t.Errorf("AgentLinesDropped grew by %d, want 1", got)
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Error("the connection is still up after an oversize line")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Typed requests and replies for the QMP commands kemu uses. Field names
@@ -300,6 +301,32 @@ func (m *Monitor) NetdevAdd(ctx context.Context, args map[string]any) error {
 // NetdevDel removes a network backend.
 func (m *Monitor) NetdevDel(ctx context.Context, id string) error {
 	return m.Execute(ctx, "netdev_del", map[string]any{"id": id}, nil)
+}
+
+// KeyValue is one key of send-key; kemu sends QEMU qcodes ("ctrl", "alt",
+// "delete", "a", "f1", …: QAPI's QKeyCode).
+type KeyValue struct {
+	Type string `json:"type"` // "qcode"
+	Data string `json:"data"`
+}
+
+// CtrlAltDelete is the three-finger salute: a guest OS's request to reboot.
+var CtrlAltDelete = []string{"ctrl", "alt", "delete"}
+
+// SendKey presses the keys given as qcodes together, in order, on the
+// guest's keyboard and releases them after hold (0: QEMU's 100 ms).
+func (m *Monitor) SendKey(ctx context.Context, hold time.Duration, qcodes ...string) error {
+	if len(qcodes) == 0 {
+		return errors.New("qmp: send-key: no keys")
+	}
+	args := struct {
+		Keys     []KeyValue `json:"keys"`
+		HoldTime int64      `json:"hold-time,omitempty"`
+	}{HoldTime: hold.Milliseconds()}
+	for _, k := range qcodes {
+		args.Keys = append(args.Keys, KeyValue{Type: "qcode", Data: k})
+	}
+	return m.Execute(ctx, "send-key", args, nil)
 }
 
 // HumanMonitorCommand runs an HMP command and returns its output.

@@ -24,6 +24,26 @@ import (
 // reply (query-qmp-schema) is ~207 KB; the bound only stops a runaway peer.
 const DefaultMaxMessageSize = 64 << 20
 
+// MaxAgentLineSize bounds one line from the guest agent channel. The guest
+// writes that channel, so it is hostile input: a longer line is dropped
+// without being buffered whole, the connection is reset (the next Agent
+// call dials again) and AgentLinesDropped counts it. qemu-ga's largest
+// replies kemu asks for (guest-info, guest-network-get-interfaces) are a few
+// KiB; guest-exec-status output over ~750 KiB (base64) does not fit.
+const MaxAgentLineSize = 1 << 20
+
+// ErrLineTooLong is the cause (errors.Is) of a connection ended because
+// the peer sent a line over the limit.
+var ErrLineTooLong = errors.New("line too long")
+
+// agentLinesDropped counts guest agent lines over MaxAgentLineSize.
+var agentLinesDropped atomic.Uint64
+
+// AgentLinesDropped is how many guest agent lines over MaxAgentLineSize
+// this process dropped (each reset its connection). Process-wide: a
+// launcher runs one VM.
+func AgentLinesDropped() uint64 { return agentLinesDropped.Load() }
+
 // message is anything QEMU or the guest agent sends.
 type message struct {
 	QMP       json.RawMessage `json:"QMP"`
@@ -121,6 +141,11 @@ func (k *conn) readLoop() {
 		line, err := readMessage(r, k.maxSize)
 		if err != nil {
 			switch {
+			case errors.Is(err, ErrLineTooLong) && k.agent:
+				n := agentLinesDropped.Add(1)
+				klog.InfoS("Dropped an oversize line from the guest agent; resetting the connection",
+					"socket", k.name, "limit", k.maxSize, "droppedSoFar", n)
+				err = fmt.Errorf("the guest agent sent a line over %d bytes: dropped, connection reset (%w)", k.maxSize, ErrLineTooLong)
 			case errors.Is(err, io.EOF):
 				err = fmt.Errorf("%s closed the connection", k.name)
 			case errors.Is(err, net.ErrClosed):
@@ -168,13 +193,15 @@ func (k *conn) readLoop() {
 	}
 }
 
-// readMessage reads one line of any length up to max bytes.
+// readMessage reads one line of any length up to max bytes. Nothing beyond
+// max is buffered: a longer line fails with ErrLineTooLong once max bytes
+// without a newline were seen.
 func readMessage(r *bufio.Reader, max int) ([]byte, error) {
 	var buf []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
 		if len(buf)+len(chunk) > max {
-			return nil, fmt.Errorf("message longer than %d bytes", max)
+			return nil, fmt.Errorf("message longer than %d bytes: %w", max, ErrLineTooLong)
 		}
 		if err == nil {
 			if buf == nil {

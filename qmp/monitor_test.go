@@ -512,3 +512,39 @@ func TestCanceledContextSendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// SendKey sends qcodes in order, with hold-time only when asked.
+func TestSendKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold time.Duration
+		keys []string
+		want string // the arguments QEMU gets
+		err  string
+	}{
+		{name: "ctrl-alt-delete", keys: CtrlAltDelete,
+			want: `{"keys":[{"type":"qcode","data":"ctrl"},{"type":"qcode","data":"alt"},{"type":"qcode","data":"delete"}]}`},
+		{name: "held", hold: 250 * time.Millisecond, keys: []string{"a"},
+			want: `{"keys":[{"type":"qcode","data":"a"}],"hold-time":250}`},
+		{name: "no keys", err: "no keys"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, f := connected(t)
+			done := async(func() error { return m.SendKey(ctxT(t), tc.hold, tc.keys...) })
+			if tc.err != "" {
+				if err := waitErr(t, done); err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			req := f.recv()
+			if req.Execute != "send-key" || string(req.Arguments) != tc.want {
+				t.Errorf("sent %s %s, want send-key %s", req.Execute, req.Arguments, tc.want)
+			}
+			f.reply(req, `{}`)
+			if err := waitErr(t, done); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
