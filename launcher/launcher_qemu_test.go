@@ -18,6 +18,7 @@ import (
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/devices/kvm"
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
 
@@ -60,14 +61,7 @@ type vm struct {
 	w   *testguest.Watcher
 }
 
-func shortDir(t testing.TB) string {
-	d, err := os.MkdirTemp("", "kemu-l-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+func shortDir(t testing.TB) string { return testguest.TempDir(t, "kemu-l-") }
 
 func newConfig(t testing.TB, vmi *v1.VirtualMachineInstance) Config {
 	root := repoRoot(t)
@@ -195,6 +189,21 @@ func TestDiskBootDevicesPauseAgentShutdown(t *testing.T) {
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", v.l.Domain().PID)); err != nil || !strings.Contains(string(b), "/"+filepath.Base(cg)+"\n") {
 		t.Errorf("QEMU's /proc/pid/cgroup %q does not name %s (%v)", b, cg, err)
 	}
+	// QEMU runs as 107:107 with no capabilities, no_new_privs and its
+	// seccomp sandbox; the disks it writes are its own (the hostDisk too).
+	st, err := unpriv.ReadStatus(v.l.Domain().PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Unprivileged(unpriv.Identity{UID: unpriv.UID, GID: unpriv.GID}); err != nil {
+		t.Error("QEMU:", err)
+	}
+	if st.CapBnd != 0 || st.Seccomp != 2 {
+		t.Errorf("QEMU: CapBnd %x (want 0), Seccomp %d (want 2, filter)", st.CapBnd, st.Seccomp)
+	}
+	if fi, err := os.Stat(hostDisk); err != nil || fi.Sys().(*syscall.Stat_t).Uid != unpriv.UID {
+		t.Errorf("hostDisk not QEMU's: %v %v", fi, err)
+	}
 	blocks := map[string]testguest.Marker{}
 	for _, m := range v.w.Find(testguest.IsKind(testguest.KindBlock)) {
 		blocks[m.Fields["serial"]] = m
@@ -232,7 +241,7 @@ func TestDiskBootDevicesPauseAgentShutdown(t *testing.T) {
 	}
 	before := len(v.w.Find(testguest.IsKind(testguest.KindTick)))
 	short, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	_, err := v.w.WaitAfter(short, tick.Seq, testguest.IsKind(testguest.KindTick))
+	_, err = v.w.WaitAfter(short, tick.Seq, testguest.IsKind(testguest.KindTick))
 	cancel()
 	if err == nil {
 		t.Fatalf("the guest ticked while paused (%d ticks before)", before)

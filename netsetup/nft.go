@@ -110,7 +110,11 @@ func counterAndDNAT(to netip.Addr) []expr.Any {
 }
 
 func nftConn(ns netns.NsHandle) (*nftables.Conn, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	var opts []nftables.ConnOption
+	if !isOwnNetNS(ns) {
+		opts = append(opts, nftables.WithNetNSFd(int(ns)))
+	}
+	c, err := nftables.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}

@@ -58,7 +58,7 @@ func Setup(ctx context.Context, p *Plan) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlinkHandle(ns)
 	if err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("netlink in the pod network namespace: %w", err)
@@ -177,7 +177,7 @@ func Teardown(ctx context.Context, p *Plan) error {
 
 func teardown(ctx context.Context, ns netns.NsHandle, p *Plan) error {
 	start := time.Now()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlinkHandle(ns)
 	if err != nil {
 		return fmt.Errorf("netlink in the pod network namespace: %w", err)
 	}

@@ -10,8 +10,10 @@
 // regular file directly in it is copied; none is an error, as a containerDisk
 // image without a disk in /disk/ is). Two sources of the same name are an
 // error. A symlink is followed. Each file is written to
-// a temporary name, synced, given its source's mode without write bits (the
-// executable bit kept) and renamed, so a file in DSTDIR is always complete.
+// a temporary name, synced, made readable by everyone and writable by no one
+// (0444; 0555 if its source is executable: QEMU, which runs as its own
+// unprivileged user, reads the disks) and renamed, so a file in DSTDIR is
+// always complete.
 // Exit status: 0 copied; 1 failed; 2 usage.
 package main
 
@@ -109,7 +111,11 @@ func copyFile(src, dst string) (err error) {
 	if _, err = io.Copy(tmp, in); err != nil {
 		return fmt.Errorf("copying %s: %w", src, err)
 	}
-	if err = tmp.Chmod(st.Mode().Perm() &^ 0o222); err != nil {
+	mode := os.FileMode(0o444)
+	if st.Mode().Perm()&0o111 != 0 {
+		mode = 0o555
+	}
+	if err = tmp.Chmod(mode); err != nil {
 		return err
 	}
 	if err = tmp.Sync(); err != nil {

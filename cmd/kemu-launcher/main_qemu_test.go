@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup/netsetuptest"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -61,6 +64,11 @@ spec:
 		"--base-dir", root, "--accel", "tcg", "-v", "2")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	// The launcher in a cgroup of its own, as in a container: QEMU's device
+	// cgroup goes below it and must be gone when the launcher exits,
+	// although by then the launcher has dropped its capabilities.
+	container := containerCgroup(t)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: container.fd}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +105,36 @@ spec:
 			break
 		}
 	}
+	// QEMU runs unprivileged; the launcher kept only KILL and NET_ADMIN.
+	dom, err := c.GetDomain(ctx, &rpc.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := unpriv.ReadStatus(int(dom.GetDomain().GetQemuPid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Unprivileged(unpriv.Identity{UID: unpriv.UID, GID: unpriv.GID}); err != nil || qs.CapBnd != 0 {
+		t.Errorf("QEMU: %v (CapBnd %x)", err, qs.CapBnd)
+	}
+	var keep uint64
+	for _, c := range unpriv.LauncherKeeps {
+		keep |= 1 << uint(c)
+	}
+	deadline := time.Now().Add(time.Minute) // the drop follows the start
+	for {
+		ls, err := unpriv.ReadStatus(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.CapEff == keep && ls.CapPrm == keep && ls.CapBnd == keep && ls.CapInh == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("launcher capabilities eff %x prm %x bnd %x inh %x, want %x", ls.CapEff, ls.CapPrm, ls.CapBnd, ls.CapInh, keep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	con, err := c.Console(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -121,9 +159,43 @@ spec:
 	if !strings.Contains(stderr.String(), "reason=\"GuestShutdown\"") {
 		t.Errorf("no GuestShutdown in the log")
 	}
+	if sub, _ := filepath.Glob(filepath.Join(container.dir, "kemu-qemu-*")); len(sub) > 0 {
+		t.Errorf("QEMU's device cgroup left behind: %v", sub)
+	}
 	for _, p := range []string{sock, filepath.Join(dir, "run")} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
 	}
+}
+
+type testCgroup struct {
+	dir string
+	fd  int
+}
+
+// containerCgroup is a fresh cgroup beside the test's own, standing in for
+// a container's: owned by root, mode 0755 (the host's root cgroup is 0555).
+func containerCgroup(t *testing.T) testCgroup {
+	t.Helper()
+	h, err := cgroup.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(h.Dir, fmt.Sprintf("kemu-test-launcher-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(dir, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Close(fd)
+		deadline := time.Now().Add(30 * time.Second)
+		for os.Remove(dir) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond) // until the launcher's process has left it
+		}
+	})
+	return testCgroup{dir: dir, fd: fd}
 }

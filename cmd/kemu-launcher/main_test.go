@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // buildLauncher builds kemu-launcher into a temp dir.
@@ -25,12 +27,7 @@ func buildLauncher(t testing.TB) string {
 
 func shortDir(t testing.TB) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "kemu-kl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return testguest.TempDir(t, "kemu-kl-") // QEMU (uid 107) must traverse it
 }
 
 // No Sync within --qemu-timeout: exit 1 with a clear message, socket gone.

@@ -22,6 +22,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 )
 
 // Exit statuses of kemuctl run.
@@ -82,7 +83,13 @@ input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
 	return cmd
 }
 
+// defaultCacheDir is the user's cache; for root /var/cache/kemu, because
+// QEMU runs as its own user (launcher/unpriv) and cannot traverse /root to
+// read cached images.
 func defaultCacheDir(name string) string {
+	if os.Geteuid() == 0 {
+		return filepath.Join("/var/cache/kemu", name)
+	}
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
@@ -175,6 +182,10 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 			defer srv.Stop()
 			say("launcher socket: %s (kemuctl shell --socket %s)", srv.Socket(), srv.Socket())
 		}
+	}
+
+	if os.Geteuid() == 0 {
+		say("QEMU runs as uid %d gid %d without capabilities", unpriv.UID, unpriv.GID)
 	}
 
 	w := l.Watch(true)

@@ -29,11 +29,7 @@ func kemuctlRun(t *testing.T, extra ...string) (*exec.Cmd, *bufio.Scanner, int, 
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	dir, err := os.MkdirTemp("", "kemu-run-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testguest.TempDir(t, "kemu-run-") // QEMU (uid 107) must traverse it
 	run := filepath.Join(dir, "run")
 	args := append([]string{"run", "--accel", "tcg", "--dir", run, "--image-cache", filepath.Join(dir, "cache")}, extra...)
 	cmd := exec.Command(bin, append(args, "examples/vmi-testguest.yaml")...)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,11 +24,7 @@ func TestShellAgainstKemuctlRun(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	dir, err := os.MkdirTemp("", "kemu-sh-") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testguest.TempDir(t, "kemu-sh-") // QEMU (uid 107) must traverse it
 	run := exec.Command(bin, "run", "--accel", "tcg", "--dir", filepath.Join(dir, "run"),
 		"--image-cache", filepath.Join(dir, "cache"), "examples/vmi-testguest.yaml")
 	run.Dir = root

@@ -27,12 +27,7 @@ const rpcTimeout = 30 * time.Second
 
 func shortDir(t testing.TB) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "kemu-cs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return testguest.TempDir(t, "kemu-cs-") // QEMU (uid 107) must traverse it
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
