@@ -463,11 +463,13 @@ func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 	if os.Getpid() == 1 {
 		// The launcher is its container's init: its mount namespace is the
 		// container's own, where a cgroup2 mount of its own is private. An
-		// unprivileged container on a hybrid host has none (docs/deploy.md).
-		if ok, err := cgroup.MountIfMissing("/run/kemu-cgroup2"); err != nil {
+		// unprivileged container on a hybrid host has none, on a cgroup v2
+		// host a read-only one (docs/deploy.md); the mount shows only the
+		// container's own cgroup subtree.
+		if ok, err := cgroup.MountOwn("/run/kemu-cgroup2"); err != nil {
 			return 0, fmt.Errorf("launcher: QEMU's device cgroup (run without it only with the explicit opt-out): %w", err)
 		} else if ok {
-			klog.InfoS("Mounted the cgroup2 hierarchy in the launcher's mount namespace", "path", "/run/kemu-cgroup2")
+			klog.InfoS("Mounted the container's cgroup2 subtree in the launcher's mount namespace", "path", "/run/kemu-cgroup2")
 		}
 	}
 	removeStaleDeviceCgroups()

@@ -19,6 +19,9 @@ import (
 // The test binary doubles as the confined process: with KEMU_CGROUP_HELPER=open
 // it opens each argument "path:r|w|rw" and prints "path ok" or "path <error>".
 func TestMain(m *testing.M) {
+	if os.Getenv("KEMU_CGROUP_HELPER") == "mount-own" {
+		os.Exit(mountOwnHelper(os.Args[1]))
+	}
 	if os.Getenv("KEMU_CGROUP_HELPER") == "open" {
 		for _, arg := range os.Args[1:] {
 			p, mode, _ := strings.Cut(arg, ":")

@@ -29,6 +29,8 @@ type Mount struct {
 	Mountpoint string
 	// Root is the cgroup (in the hierarchy) that is mounted there, usually "/".
 	Root string
+	// ReadOnly: mounted ro (containers on a cgroup v2 host get such a mount).
+	ReadOnly bool
 }
 
 // Hierarchy is the cgroup2 hierarchy and the calling process's cgroup in it.
@@ -64,17 +66,23 @@ func Self() (*Hierarchy, error) {
 }
 
 // Resolve picks the cgroup2 mount that contains cgroup path p (as read from
-// /proc/self/cgroup) and returns the directory of p on it.
+// /proc/self/cgroup), a writable one before a read-only one, and returns
+// the directory of p on it.
 func Resolve(mounts []Mount, p string) (*Hierarchy, error) {
 	if len(mounts) == 0 {
 		return nil, ErrNoCgroup2
 	}
-	for _, m := range mounts {
-		rel, ok := within(m.Root, p)
-		if !ok {
-			continue
+	for _, ro := range []bool{false, true} {
+		for _, m := range mounts {
+			if m.ReadOnly != ro {
+				continue
+			}
+			rel, ok := within(m.Root, p)
+			if !ok {
+				continue
+			}
+			return &Hierarchy{Mount: m, Cgroup: p, Dir: filepath.Join(m.Mountpoint, rel)}, nil
 		}
-		return &Hierarchy{Mount: m, Cgroup: p, Dir: filepath.Join(m.Mountpoint, rel)}, nil
 	}
 	return nil, fmt.Errorf("%w: own cgroup %q is not below any cgroup2 mount (%v)", ErrNoCgroup2, p, mounts)
 }
@@ -115,7 +123,11 @@ func ParseMountinfo(r io.Reader) ([]Mount, error) {
 		if fields[sep+1] != "cgroup2" {
 			continue
 		}
-		out = append(out, Mount{Mountpoint: unescapeOctal(fields[4]), Root: unescapeOctal(fields[3])})
+		ro := false
+		for _, o := range strings.Split(fields[5], ",") {
+			ro = ro || o == "ro"
+		}
+		out = append(out, Mount{Mountpoint: unescapeOctal(fields[4]), Root: unescapeOctal(fields[3]), ReadOnly: ro})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading mountinfo: %w", err)

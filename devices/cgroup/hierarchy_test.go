@@ -18,11 +18,11 @@ func TestParseMountinfo(t *testing.T) {
 		name, in string
 		want     []Mount
 	}{
-		{"hybrid", hybridMountinfo, []Mount{{"/sys/fs/cgroup/unified", "/"}}},
+		{"hybrid", hybridMountinfo, []Mount{{"/sys/fs/cgroup/unified", "/", false}}},
 		{"pure v2 with optional fields", "35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 master:3 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n",
-			[]Mount{{"/sys/fs/cgroup", "/"}}},
+			[]Mount{{"/sys/fs/cgroup", "/", false}}},
 		{"sub-tree mount, escaped space", `1200 1100 0:30 /kubepods/pod\040a /sys/fs/my\040cg ro,nosuid - cgroup2 cgroup rw` + "\n",
-			[]Mount{{"/sys/fs/my cg", "/kubepods/pod a"}}},
+			[]Mount{{"/sys/fs/my cg", "/kubepods/pod a", true}}},
 		{"v1 only", "36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n", nil},
 		{"garbage", "\nfoo bar\n1 2 3 4 5 6 -\n", nil},
 	} {
@@ -74,10 +74,12 @@ func TestResolve(t *testing.T) {
 		cgroup  string
 		wantDir string
 	}{
-		{"hybrid", []Mount{{"/sys/fs/cgroup/unified", "/"}}, "/", "/sys/fs/cgroup/unified"},
-		{"pure", []Mount{{"/sys/fs/cgroup", "/"}}, "/a/b.scope", "/sys/fs/cgroup/a/b.scope"},
-		{"sub-tree mount", []Mount{{"/x", "/other"}, {"/sys/fs/cgroup", "/kubepods"}}, "/kubepods/pod1/c", "/sys/fs/cgroup/pod1/c"},
-		{"sub-tree mount, own root", []Mount{{"/sys/fs/cgroup", "/kubepods"}}, "/kubepods", "/sys/fs/cgroup"},
+		{"hybrid", []Mount{{Mountpoint: "/sys/fs/cgroup/unified", Root: "/"}}, "/", "/sys/fs/cgroup/unified"},
+		{"pure", []Mount{{Mountpoint: "/sys/fs/cgroup", Root: "/"}}, "/a/b.scope", "/sys/fs/cgroup/a/b.scope"},
+		{"sub-tree mount", []Mount{{Mountpoint: "/x", Root: "/other"}, {Mountpoint: "/sys/fs/cgroup", Root: "/kubepods"}}, "/kubepods/pod1/c", "/sys/fs/cgroup/pod1/c"},
+		{"sub-tree mount, own root", []Mount{{Mountpoint: "/sys/fs/cgroup", Root: "/kubepods"}}, "/kubepods", "/sys/fs/cgroup"},
+		{"writable before read-only", []Mount{{Mountpoint: "/sys/fs/cgroup", Root: "/", ReadOnly: true}, {Mountpoint: "/run/kemu-cgroup2", Root: "/"}}, "/", "/run/kemu-cgroup2"},
+		{"read-only only", []Mount{{Mountpoint: "/sys/fs/cgroup", Root: "/", ReadOnly: true}}, "/a", "/sys/fs/cgroup/a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := Resolve(tc.mounts, tc.cgroup)
@@ -89,7 +91,7 @@ func TestResolve(t *testing.T) {
 	if _, err := Resolve(nil, "/"); !errors.Is(err, ErrNoCgroup2) {
 		t.Fatalf("no mounts: %v", err)
 	}
-	if _, err := Resolve([]Mount{{"/sys/fs/cgroup", "/kubepods"}}, "/kubepodsX/a"); !errors.Is(err, ErrNoCgroup2) {
+	if _, err := Resolve([]Mount{{Mountpoint: "/sys/fs/cgroup", Root: "/kubepods"}}, "/kubepodsX/a"); !errors.Is(err, ErrNoCgroup2) {
 		t.Fatalf("outside the mount: %v", err)
 	}
 }
