@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,7 +98,14 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	}
 	cfg := s.opts.Config
 	cfg.VMI = vmi
-	l, err := launcher.New(cfg)
+	var l *launcher.Launcher
+	if !s.opts.AllowRawQMP {
+		// Runs during l.Start, once l is set.
+		cfg.Hooks = append(slices.Clip(cfg.Hooks), func(ctx context.Context, m *qmp.Monitor) error {
+			return RemoveDebugQMP(ctx, m, l.DebugQMPSocket())
+		})
+	}
+	l, err = launcher.New(cfg)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -261,6 +269,20 @@ func (s *Server) Reset(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error) {
 	return &rpc.Empty{}, toStatus("reset", l, l.Reset(ctx))
 }
 
+// SoftReboot asks the guest to reboot itself: Ctrl+Alt+Delete on its
+// keyboard (QMP send-key). Only a running guest sees the keys.
+func (s *Server) SoftReboot(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error) {
+	l, err := s.need("soft reboot", launcher.StateRunning)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.SoftReboot(ctx); err != nil {
+		return nil, toStatus("soft reboot", l, err)
+	}
+	klog.InfoS("Soft reboot requested: Ctrl+Alt+Delete sent to the guest", "vmi", klog.KObj(l.VMI()))
+	return &rpc.Empty{}, nil
+}
+
 // Shutdown shuts the guest down gracefully.
 func (s *Server) Shutdown(ctx context.Context, req *rpc.ShutdownRequest) (*rpc.DomainResponse, error) {
 	l := s.Launcher()
@@ -351,6 +373,7 @@ func (s *Server) GetStats(ctx context.Context, _ *rpc.Empty) (*rpc.StatsResponse
 		out.BalloonActualBytes = st.Balloon.Actual
 	}
 	out.QemuCpuTimeNanos, out.QemuRssBytes = st.CPU.Nanoseconds(), int64(st.RSS)
+	out.GuestAgentLinesDropped = int64(qmp.AgentLinesDropped())
 	return out, nil
 }
 
@@ -447,19 +470,20 @@ func (s *Server) GuestInfo(ctx context.Context, _ *rpc.Empty) (*rpc.GuestInfoRes
 	return out, nil
 }
 
-// Qmp passes one raw QMP command to QEMU.
+// Qmp passes one raw QMP command to QEMU: only read-only ones (ReadOnlyQMP)
+// unless the server runs with Options.AllowRawQMP.
 func (s *Server) Qmp(ctx context.Context, req *rpc.QmpRequest) (*rpc.QmpResponse, error) {
+	cmd := strings.TrimSpace(req.GetCommandJson())
+	name, err := CheckRawQMP(cmd, s.opts.AllowRawQMP)
+	if err != nil {
+		if status.Code(err) == codes.PermissionDenied {
+			klog.InfoS("Refused a raw QMP command", "command", name, "flag", "--"+AllowRawQMPFlag)
+		}
+		return nil, err
+	}
 	l, err := s.need("qmp")
 	if err != nil {
 		return nil, err
-	}
-	cmd := strings.TrimSpace(req.GetCommandJson())
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(cmd), &probe); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "command_json is not a JSON object: %v", err)
-	}
-	if _, ok := probe["execute"]; !ok {
-		return nil, status.Error(codes.InvalidArgument, `command_json has no "execute" member`)
 	}
 	reply, err := l.Monitor().RunRaw(ctx, []byte(cmd))
 	if err != nil {

@@ -33,8 +33,9 @@
 //     a running QEMU and answers FailedPrecondition naming the changed paths;
 //     a different metadata.uid answers FailedPrecondition.
 //   - Pause (needs Running), Unpause (needs Paused), Reset (needs Running or
-//     Paused): FailedPrecondition in another state, Unavailable once QEMU is
-//     gone.
+//     Paused), SoftReboot (needs Running; Ctrl+Alt+Delete on the guest's
+//     keyboard): FailedPrecondition in another state, Unavailable once QEMU
+//     is gone.
 //   - Shutdown: ACPI power button until the grace period (request, else the
 //     server's override, else the VMI's) ends, then quit, then kill; returns
 //     the final domain. A client that goes away does not cut the grace
@@ -49,13 +50,19 @@
 //     misses nothing. qmp_events adds QEMU's events from the moment of the
 //     call. The stream ends after the Shutoff state.
 //   - Qmp: one raw QMP command through the launcher's own monitor; QEMU's
-//     error replies come back as JSON, not as gRPC errors.
+//     error replies come back as JSON, not as gRPC errors. Only read-only
+//     commands (query-*, qom-list, qom-list-types; ReadOnlyQMP) pass unless
+//     the server runs with Options.AllowRawQMP (kemu-launcher
+//     --allow-raw-qmp, for debugging); others answer PermissionDenied naming
+//     the command and the flag. Without it, QEMU's second (debug) QMP socket
+//     is also removed before the guest runs.
 //   - Console: the serial console; output is what the guest writes from the
 //     attach on, input is written to the guest.
 //   - Migrate, PrepareMigrationTarget, CancelMigration, FinalizeMigration:
 //     Unimplemented (live migration is not implemented yet).
 //
-// Errors: InvalidArgument (bad VMI, malformed JSON), FailedPrecondition
+// Errors: InvalidArgument (bad VMI, malformed JSON), PermissionDenied (a
+// raw QMP command that is not read-only), FailedPrecondition
 // (wrong state, no VM yet), Unavailable (QEMU gone), DeadlineExceeded and
 // Canceled passed through, ResourceExhausted for a message over 16 MiB.
 // Panics in handlers are recovered into Internal: no RPC can crash the
@@ -117,6 +124,12 @@ type Options struct {
 	StartTimeout time.Duration
 	// Version is the launcher's version, reported by Info.
 	Version string
+	// AllowRawQMP lets the Qmp RPC pass any command to QEMU and keeps
+	// QEMU's second (debug) QMP socket; without it the Qmp RPC passes only
+	// read-only commands (ReadOnlyQMP) and the debug socket is removed
+	// before the guest runs (RemoveDebugQMP). For debugging only
+	// (AllowRawQMPFlag); the controller never sets it.
+	AllowRawQMP bool
 }
 
 // Server is the command server of one launcher.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
 
@@ -57,7 +59,7 @@ func vmiJSON(t testing.TB, name string, edit ...func(string) string) []byte {
 }
 
 // launcherServer is a command server that creates its launcher on Sync.
-func launcherServer(t testing.TB) (*cmdserver.Server, rpc.LauncherClient) {
+func launcherServer(t testing.TB, opts ...func(*cmdserver.Options)) (*cmdserver.Server, rpc.LauncherClient) {
 	t.Helper()
 	root, err := testguest.RepoRoot()
 	if err != nil {
@@ -67,8 +69,12 @@ func launcherServer(t testing.TB) (*cmdserver.Server, rpc.LauncherClient) {
 		t.Fatal(err)
 	}
 	base := shortDir(t)
-	s := startServer(t, cmdserver.Options{SocketsDir: filepath.Join(base, "s"), Config: launcher.Config{
-		Dir: filepath.Join(base, "run"), ImageCache: filepath.Join(base, "cache"), BaseDir: root, Accel: "tcg"}})
+	o := cmdserver.Options{SocketsDir: filepath.Join(base, "s"), Config: launcher.Config{
+		Dir: filepath.Join(base, "run"), ImageCache: filepath.Join(base, "cache"), BaseDir: root, Accel: "tcg"}}
+	for _, f := range opts {
+		f(&o)
+	}
+	s := startServer(t, o)
 	t.Cleanup(func() {
 		if l := s.Launcher(); l != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
@@ -114,10 +120,20 @@ func readConsole(stream rpc.Launcher_ConsoleClient) *consoleReader {
 	return r
 }
 
-func (r *consoleReader) waitFor(ctx context.Context, s string) error {
+func (r *consoleReader) waitFor(ctx context.Context, s string) error { return r.waitForCount(ctx, s, 1) }
+
+// count is how often s was seen so far.
+func (r *consoleReader) count(s string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Count(r.buf.String(), s)
+}
+
+// waitForCount waits until s was seen n times.
+func (r *consoleReader) waitForCount(ctx context.Context, s string, n int) error {
 	for {
 		r.mu.Lock()
-		ok, err := strings.Contains(r.buf.String(), s), r.err
+		ok, err := strings.Count(r.buf.String(), s) >= n, r.err
 		r.mu.Unlock()
 		if ok {
 			return nil
@@ -208,12 +224,26 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if err != nil || !strings.Contains(q.ReplyJson, `"running":true`) {
 		t.Errorf("qmp query-status: %v %v", q, err)
 	}
-	q, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"no-such-command"}`})
+	q, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"query-no-such-command"}`})
 	if err != nil || !strings.Contains(q.ReplyJson, "CommandNotFound") {
 		t.Errorf("qmp error reply: %v %v", q, err)
 	}
 	_, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":`})
 	wantCode(t, err, codes.InvalidArgument)
+	// Without --allow-raw-qmp: nothing but read-only commands, and no
+	// second QMP socket to go around that.
+	for _, cmd := range []string{`{"execute":"stop"}`, `{"execute":"human-monitor-command","arguments":{"command-line":"stop"}}`} {
+		_, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: cmd})
+		wantCode(t, err, codes.PermissionDenied, "--"+cmdserver.AllowRawQMPFlag)
+	}
+	if d, _ := c.GetDomain(ctx, &rpc.Empty{}); d.GetDomain().GetState() != "Running" {
+		t.Errorf("after refused commands: %v", d)
+	}
+	if dbg := s.Launcher().DebugQMPSocket(); dbg == "" {
+		t.Error("the launcher has no debug QMP socket path")
+	} else if _, err := os.Stat(dbg); !os.IsNotExist(err) {
+		t.Errorf("the debug QMP socket %s is still there without --allow-raw-qmp: %v", dbg, err)
+	}
 
 	if err := con.waitFor(ctxFor(t, bootTimeout), "KEMU-GUEST ready"); err != nil {
 		t.Fatal(err)
@@ -336,6 +366,40 @@ func TestCommandServerWithQEMU(t *testing.T) {
 		t.Errorf("concurrent client: %v", err)
 	}
 
+	// A soft reboot: Ctrl+Alt+Delete, which the guest answers by rebooting
+	// itself (a guest-initiated RESET) and booting again. Not while paused.
+	if _, err := c.Pause(ctx, &rpc.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SoftReboot(ctx, &rpc.Empty{})
+	wantCode(t, err, codes.FailedPrecondition, "soft reboot", "Running")
+	if _, err := c.Unpause(ctx, &rpc.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	readies := con.count("KEMU-GUEST ready ")
+	wr, err := c.WatchDomain(ctx, &rpc.WatchRequest{QmpEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SoftReboot(ctx, &rpc.Empty{}); err != nil {
+		t.Fatalf("soft reboot: %v", err)
+	}
+	for {
+		ev, err := wr.Recv()
+		if err != nil {
+			t.Fatalf("watch after the soft reboot: %v", err)
+		}
+		if q := ev.GetQmpEvent(); q.GetName() == "RESET" {
+			if !strings.Contains(q.GetDataJson(), `"guest":true`) {
+				t.Errorf("RESET after Ctrl+Alt+Delete: %s, want guest true", q.GetDataJson())
+			}
+			break
+		}
+	}
+	if err := con.waitForCount(ctxFor(t, bootTimeout), "KEMU-GUEST ready ", readies+1); err != nil {
+		t.Errorf("the guest did not boot again after the soft reboot: %v", err)
+	}
+
 	// Reset, then a graceful shutdown (the power button is pressed again
 	// while the guest reboots).
 	if _, err := c.Reset(ctx, &rpc.Empty{}); err != nil {
@@ -421,5 +485,62 @@ func TestCommandServerKill(t *testing.T) {
 		if d := ev.GetDomain(); d != nil && d.State == "Shutoff" && d.Reason != "HostRequest" {
 			t.Errorf("shutoff: %v", d)
 		}
+	}
+}
+
+// With AllowRawQMP (kemu-launcher --allow-raw-qmp) any command passes and
+// QEMU's debug QMP socket stays; RemoveDebugQMP refuses to vouch for a
+// socket a client got connected to.
+func TestCommandServerAllowRawQMP(t *testing.T) {
+	s, c := launcherServer(t, func(o *cmdserver.Options) { o.AllowRawQMP = true })
+	ctx := ctxFor(t, 3*time.Minute)
+	if _, err := c.Sync(ctx, &rpc.SyncRequest{VmiJson: vmiJSON(t, "raw")}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.WatchDomain(ctx, &rpc.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := recvDomain(t, w, nil); d.State != "Running" {
+		t.Fatalf("after sync: %v", d)
+	}
+	q, err := c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"stop"}`})
+	if err != nil || q.ReplyJson != `{"return":{}}` {
+		t.Fatalf("qmp stop with the flag: %v %v", q, err)
+	}
+	if d := recvDomain(t, w, nil); d.State != "Paused" {
+		t.Errorf("after a raw stop: %v", d)
+	}
+	q, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"human-monitor-command","arguments":{"command-line":"info status"}}`})
+	if err != nil || !strings.Contains(q.ReplyJson, "VM status: paused") {
+		t.Errorf("HMP info status with the flag: %v %v", q, err)
+	}
+
+	dbg := s.Launcher().DebugQMPSocket()
+	m, err := qmp.Dial(ctx, dbg)
+	if err != nil {
+		t.Fatalf("the debug QMP socket with the flag: %v", err)
+	}
+	if st, err := m.QueryStatus(ctx); err != nil || st.Status != "paused" {
+		t.Errorf("query-status on the debug socket: %+v %v", st, err)
+	}
+	// A client is on the debug socket: RemoveDebugQMP unlinks it and says so.
+	err = cmdserver.RemoveDebugQMP(ctx, s.Launcher().Monitor(), dbg)
+	if err == nil || !strings.Contains(err.Error(), "a client connected to the debug QMP socket") {
+		t.Errorf("RemoveDebugQMP with a client connected: %v", err)
+	}
+	if _, err := os.Stat(dbg); !os.IsNotExist(err) {
+		t.Errorf("RemoveDebugQMP left %s: %v", dbg, err)
+	}
+	m.Close()
+	// Once the client left (QEMU notices on its own time), nothing is.
+	deadline := time.Now().Add(stepTimeout)
+	for err = errors.New("not tried"); err != nil && time.Now().Before(deadline); {
+		if err = cmdserver.RemoveDebugQMP(ctx, s.Launcher().Monitor(), dbg); err != nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err != nil {
+		t.Errorf("RemoveDebugQMP after the client left: %v", err)
 	}
 }
