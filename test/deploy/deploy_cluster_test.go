@@ -253,7 +253,9 @@ func TestDeploy(t *testing.T) {
 			{"kemu-controller", "update", "virtualmachineinstances.kemu.dev", false},
 			{"kemu-controller", "create", "leases.coordination.k8s.io", true},
 			{"kemu-nodeagent", "patch", "nodes", true},
-			{"kemu-nodeagent", "patch", "virtualmachineinstances.kemu.dev/status", true},
+			{"kemu-nodeagent", "update", "virtualmachineinstances.kemu.dev/status", true},
+			{"kemu-nodeagent", "patch", "virtualmachineinstances.kemu.dev/status", false},
+			{"kemu-nodeagent", "get", "nodes", false},
 			{"kemu-nodeagent", "create", "pods", false},
 			{"kemu-nodeagent", "delete", "virtualmachineinstances.kemu.dev", false},
 			{"kemu-nodeagent", "update", "virtualmachineinstances.kemu.dev", false},
@@ -282,6 +284,10 @@ func TestDeploy(t *testing.T) {
 				t.Errorf("%s logged a refused request:\n%s", l, out)
 			}
 		}
+	})
+
+	t.Run("node agent token node-restricted", func(t *testing.T) {
+		testAgentToken(ctx, t, c, cs)
 	})
 
 	t.Run("cgroup2 in a launcher-like Pod", func(t *testing.T) {
@@ -339,6 +345,9 @@ func TestDeploy(t *testing.T) {
 				if _, err := cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					return fmt.Errorf("ClusterRole %s still there (%v)", name, err)
 				}
+			}
+			if l, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=kemu"}); err != nil || len(l.Items) > 0 {
+				return fmt.Errorf("ValidatingAdmissionPolicies left: %v %v", l, err)
 			}
 			out, _, err := c.Kubectl("get", "crd", "-o", "name")
 			if err != nil {
