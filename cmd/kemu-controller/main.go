@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/metrics"
 	"github.com/kemu-dev/kemu/controller/node"
@@ -43,6 +44,7 @@ var version = "dev"
 
 type options struct {
 	kubeconfig, namespace, launcherImage, launcherPullPolicy, kvm, metricsAddr string
+	hostDiskDirs                                                               []string
 	leaseNamespace, leaseName, identity                                        string
 	leaderElect                                                                bool
 	leaseDuration, renewDeadline, retryPeriod, resync                          time.Duration
@@ -81,6 +83,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.launcherImage, "launcher-image", "", "image running kemu-launcher and holding kemu-copy (required)")
 	fs.StringVar(&o.launcherPullPolicy, "launcher-pull-policy", "", "pull policy of the launcher image (default: Kubernetes')")
 	fs.StringVar(&o.kvm, "kvm", string(vmi.KVMAuto), "when launcher Pods request devices.kemu.dev/kvm: auto, always, never")
+	var hostDiskDirs string
+	fs.StringVar(&hostDiskDirs, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); empty: every hostDisk is refused")
 	fs.IntVar(&o.workers, "workers", 4, "workers per controller")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (\"0\" disables)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease")
@@ -107,6 +111,10 @@ func parseFlags(args []string) (options, error) {
 	case vmi.KVMAuto, vmi.KVMAlways, vmi.KVMNever:
 	default:
 		return o, fmt.Errorf("--kvm %q: want auto, always or never", o.kvm)
+	}
+	var err error
+	if o.hostDiskDirs, err = validation.ParseHostDiskDirs(hostDiskDirs); err != nil {
+		return o, fmt.Errorf("--host-disk-dirs: %w", err)
 	}
 	if o.workers < 1 {
 		return o, errors.New("--workers must be at least 1")
@@ -190,7 +198,7 @@ func serve(ctx context.Context, o options) error {
 func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface, inf *controller.Informers,
 	recorder record.EventRecorder) ([]controller.Runnable, error) {
 	tmpl := template.NewService(template.Options{LauncherImage: o.launcherImage,
-		LauncherPullPolicy: corev1.PullPolicy(o.launcherPullPolicy)})
+		LauncherPullPolicy: corev1.PullPolicy(o.launcherPullPolicy), HostDiskDirs: o.hostDiskDirs})
 	vmic, err := vmi.New(vmi.Config{
 		KubeClient: kube, KemuClient: kemu,
 		VMIInformer:  inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // Labels and annotations of launcher Pods.
@@ -96,10 +97,16 @@ type Options struct {
 	LauncherPullPolicy corev1.PullPolicy
 	// LauncherArgs are appended to the launcher's flags (e.g. "-v=2").
 	LauncherArgs []string
+	// HostDiskDirs are the node directories hostDisks may live under
+	// (kemu-config hostDiskDirs); none: no hostDisk is rendered.
+	HostDiskDirs []string
 }
 
 // Service renders launcher Pods.
 type Service struct{ opts Options }
+
+// HostDiskDirs are the directories hostDisks may live under.
+func (s *Service) HostDiskDirs() []string { return s.opts.HostDiskDirs }
 
 // NewService returns a Service.
 func NewService(opts Options) *Service { return &Service{opts: opts} }
@@ -156,7 +163,9 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	nodeSelector[v1.NodeSchedulableLabel] = "true"
 
 	b := &builder{vmi: vmi, in: in, opts: s.opts}
-	b.volumes()
+	if err := b.volumes(); err != nil {
+		return nil, err
+	}
 	compute := corev1.Container{
 		Name:            ComputeContainer,
 		Image:           s.opts.LauncherImage,
@@ -224,7 +233,7 @@ var initResources = corev1.ResourceRequirements{
 	Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("40Mi")},
 }
 
-func (b *builder) volumes() {
+func (b *builder) volumes() error {
 	b.podVolumes = append(b.podVolumes, emptyDir(SocketsVolume), emptyDir(PrivateVolume), emptyDir(ImagesVolume))
 	b.mounts = append(b.mounts,
 		corev1.VolumeMount{Name: SocketsVolume, MountPath: SocketsDir},
@@ -241,7 +250,9 @@ func (b *builder) volumes() {
 		case vol.PersistentVolumeClaim != nil:
 			b.pvc(vol.PersistentVolumeClaim)
 		case vol.HostDisk != nil:
-			b.hostDisk(vol.HostDisk)
+			if err := b.hostDisk(vol.HostDisk); err != nil {
+				return err
+			}
 		case vol.CloudInitNoCloud != nil && vol.CloudInitNoCloud.SecretRef != nil:
 			b.secret(vol.CloudInitNoCloud.SecretRef.Name)
 		}
@@ -249,6 +260,7 @@ func (b *builder) volumes() {
 	if fw := b.vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
 		b.kernelBoot(fw.KernelBoot.Container)
 	}
+	return nil
 }
 
 // installCopy adds, once, the init container that installs kemu-copy from
@@ -350,23 +362,30 @@ func (b *builder) pvc(c *v1.PersistentVolumeClaimVolumeSource) {
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: c.ReadOnly})
 }
 
-// hostDisk: the disk's directory from the node at the same path, so the
-// launcher uses the VMI's path as written. DiskOrCreate may create the
-// directory.
-func (b *builder) hostDisk(hd *v1.HostDisk) {
-	dir := path.Dir(hd.Path)
-	if b.hostDirs[dir] {
-		return
+// hostDisk mounts, at the same path, only what the VMI's hostDisk needs
+// from the node: the file itself for Disk (it must exist), the allowed
+// directory (Options.HostDiskDirs) it lies beneath for DiskOrCreate (the
+// launcher creates the file). Never a parent outside the allowed list. The
+// controller has refused paths outside it (validation.ValidateHostDisks);
+// Render checks again.
+func (b *builder) hostDisk(hd *v1.HostDisk) error {
+	root, ok := validation.HostDiskRoot(hd.Path, b.opts.HostDiskDirs)
+	if !ok || path.Clean(hd.Path) != hd.Path {
+		return fmt.Errorf("template: hostDisk %q is not beneath a directory of %s %v", hd.Path, validation.HostDiskDirsKey, b.opts.HostDiskDirs)
 	}
-	b.hostDirs[dir] = true
-	t := corev1.HostPathDirectory
+	src, t := hd.Path, corev1.HostPathFile
 	if hd.Type == v1.HostDiskExistsOrCreate {
-		t = corev1.HostPathDirectoryOrCreate
+		src, t = root, corev1.HostPathDirectory
 	}
-	name := "hostdisk-" + shortHash(dir)
+	if b.hostDirs[src] {
+		return nil
+	}
+	b.hostDirs[src] = true
+	name := "hostdisk-" + shortHash(src)
 	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &t}}})
-	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: dir})
+		HostPath: &corev1.HostPathVolumeSource{Path: src, Type: &t}}})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: src})
+	return nil
 }
 
 func (b *builder) secret(name string) {
@@ -403,6 +422,10 @@ func (b *builder) args(grace int64) []string {
 		"--kernel-boot-dir=" + KernelBootDir,
 		"--accel=" + accel,
 		"--grace-period=" + strconv.FormatInt(grace, 10) + "s",
+		// The launcher reports it to the node agent (Info), which talks to
+		// no launcher of another VMI; the launcher Syncs no other VMI
+		// (launcher/cmdserver.VMIUIDFlag).
+		"--vmi-uid=" + string(b.vmi.UID),
 	}
 	return append(a, b.opts.LauncherArgs...)
 }

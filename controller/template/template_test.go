@@ -74,7 +74,7 @@ func env(c corev1.Container) map[string]corev1.VolumeMount {
 }
 
 func TestRender(t *testing.T) {
-	svc := NewService(Options{LauncherImage: "kemu.local/launcher:1", LauncherPullPolicy: corev1.PullIfNotPresent})
+	svc := NewService(Options{LauncherImage: "kemu.local/launcher:1", LauncherPullPolicy: corev1.PullIfNotPresent, HostDiskDirs: []string{"/var/lib/vms"}})
 	q := func(s string) resource.Quantity { return resource.MustParse(s) }
 	for _, tc := range []struct {
 		name  string
@@ -106,7 +106,8 @@ func TestRender(t *testing.T) {
 			c := pod.Spec.Containers[0]
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
 				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
-				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--accel=tcg", "--grace-period=30s"}
+				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--accel=tcg", "--grace-period=30s",
+				"--vmi-uid=uid-1"}
 			if c.Name != ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
 			}
@@ -215,11 +216,12 @@ func TestRender(t *testing.T) {
 			}
 		}},
 		{"pvc-hostdisk-secret", Input{PVCBlock: map[string]bool{"blk": true}, VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
-			x.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "fs"}, {Name: "blk"}, {Name: "host"}, {Name: "ci"}}
+			x.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "fs"}, {Name: "blk"}, {Name: "host"}, {Name: "host2"}, {Name: "ci"}}
 			x.Spec.Volumes = []v1.Volume{
 				{Name: "fs", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}},
 				{Name: "blk", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "blk"}},
-				{Name: "host", HostDisk: &v1.HostDisk{Path: "/var/lib/vms/a.img", Type: v1.HostDiskExistsOrCreate, Capacity: ptr(q("1Gi"))}},
+				{Name: "host", HostDisk: &v1.HostDisk{Path: "/var/lib/vms/team/a.img", Type: v1.HostDiskExistsOrCreate, Capacity: ptr(q("1Gi"))}},
+				{Name: "host2", HostDisk: &v1.HostDisk{Path: "/var/lib/vms/b.img", Type: v1.HostDiskExists}},
 				{Name: "ci", CloudInitNoCloud: &v1.CloudInitNoCloudSource{SecretRef: &corev1.LocalObjectReference{Name: "userdata"}}},
 			}
 		})}, func(t *testing.T, pod *corev1.Pod) {
@@ -246,9 +248,19 @@ func TestRender(t *testing.T) {
 					t.Errorf("mount %s has no volume", vm.Name)
 				}
 			}
+			// DiskOrCreate: the allowed directory itself; Disk: only the file.
 			h := byName[m["/var/lib/vms"].Name].HostPath
-			if h == nil || h.Path != "/var/lib/vms" || *h.Type != corev1.HostPathDirectoryOrCreate {
+			if h == nil || h.Path != "/var/lib/vms" || *h.Type != corev1.HostPathDirectory {
 				t.Errorf("hostPath %+v", h)
+			}
+			h2 := byName[m["/var/lib/vms/b.img"].Name].HostPath
+			if h2 == nil || h2.Path != "/var/lib/vms/b.img" || *h2.Type != corev1.HostPathFile {
+				t.Errorf("hostPath of the Disk %+v", h2)
+			}
+			for _, v := range pod.Spec.Volumes {
+				if hp := v.HostPath; hp != nil && hp.Path != "/var/lib/vms" && hp.Path != "/var/lib/vms/b.img" {
+					t.Errorf("host path %s mounted", hp.Path)
+				}
 			}
 			if cl := byName[c.VolumeDevices[0].Name].PersistentVolumeClaim; cl == nil || cl.ClaimName != "blk" {
 				t.Errorf("block claim volume %+v", cl)
@@ -273,6 +285,14 @@ func TestRenderErrors(t *testing.T) {
 	x.UID = ""
 	if _, err := NewService(Options{LauncherImage: "l"}).Render(Input{VMI: x}); err == nil {
 		t.Error("no UID must fail")
+	}
+	for _, dirs := range [][]string{nil, {"/var/lib/vms"}} {
+		h := vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Volumes = []v1.Volume{{Name: "h", HostDisk: &v1.HostDisk{Path: "/etc/shadow", Type: v1.HostDiskExists}}}
+		})
+		if _, err := NewService(Options{LauncherImage: "l", HostDiskDirs: dirs}).Render(Input{VMI: h}); err == nil {
+			t.Errorf("hostDisk /etc/shadow rendered with allowed dirs %v", dirs)
+		}
 	}
 }
 

@@ -177,6 +177,11 @@ func startController(t testing.TB, namespace string, w *writeCounter) *running {
 // startControllerQPS is startController with a client QPS (burst 2×QPS);
 // kemu-controller's default is 50.
 func startControllerQPS(t testing.TB, namespace string, w *writeCounter, qps float32) *running {
+	return startControllerWith(t, namespace, w, qps, template.Options{LauncherImage: launcherImage})
+}
+
+// startControllerWith is startControllerQPS with the template's options.
+func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps float32, opts template.Options) *running {
 	t.Helper()
 	if w == nil {
 		w = &writeCounter{}
@@ -197,7 +202,7 @@ func startControllerQPS(t testing.TB, namespace string, w *writeCounter, qps flo
 		PodInformer:  inf.LauncherPods.Core().V1().Pods(),
 		NodeInformer: inf.Kube.Core().V1().Nodes(),
 		PVCInformer:  inf.Kube.Core().V1().PersistentVolumeClaims(),
-		Template:     template.NewService(template.Options{LauncherImage: launcherImage}),
+		Template:     template.NewService(opts),
 		Recorder:     recorder,
 	})
 	if err != nil {
@@ -607,5 +612,45 @@ func TestInvalidVMI(t *testing.T) {
 	}
 	if hasFinalizer(vmi) {
 		t.Error("an invalid VMI got the finalizer")
+	}
+}
+
+// hostDisks: refused before any Pod unless beneath a directory of
+// kemu-config hostDiskDirs; an allowed one mounts only its own file.
+func TestHostDiskPolicy(t *testing.T) {
+	ns := newNamespace(t, "hostdisk")
+	startControllerWith(t, ns, nil, 50, template.Options{LauncherImage: launcherImage, HostDiskDirs: []string{"/var/lib/kemu-disks"}})
+	withHostDisk := func(name, path string) *v1.VirtualMachineInstance {
+		x := newVMI(name)
+		x.Spec.Domain.Devices.Disks = append(x.Spec.Domain.Devices.Disks, v1.Disk{Name: "host"})
+		x.Spec.Volumes = append(x.Spec.Volumes, v1.Volume{Name: "host", HostDisk: &v1.HostDisk{Path: path, Type: v1.HostDiskExists}})
+		return x
+	}
+	for _, tc := range []struct{ name, path string }{
+		{"etc", "/etc/shadow"},
+		{"dotdot", "/var/lib/kemu-disks/../../etc/shadow"},
+	} {
+		createVMI(t, ns, withHostDisk(tc.name, tc.path))
+		vmi := waitVMI(t, ns, tc.name, "Failed", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Failed })
+		if c := condition(vmi, v1.VirtualMachineInstanceSynchronized); vmi.Status.Reason != ReasonInvalidSpec || c == nil ||
+			!strings.Contains(c.Message, "spec.volumes[1].hostDisk.path") {
+			t.Errorf("%s: reason %q condition %+v", tc.path, vmi.Status.Reason, c)
+		}
+		waitEvent(t, ns, tc.name, "Failed", "spec.volumes[1].hostDisk.path")
+	}
+	createVMI(t, ns, withHostDisk("allowed", "/var/lib/kemu-disks/a.img"))
+	vmi := waitVMI(t, ns, "allowed", "Scheduling", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Scheduling })
+	pod := podOf(t, vmi)
+	var hostPaths []string
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths = append(hostPaths, v.HostPath.Path+":"+string(*v.HostPath.Type))
+		}
+	}
+	if strings.Join(hostPaths, ",") != "/var/lib/kemu-disks/a.img:File" {
+		t.Errorf("host paths %v, want only the disk file", hostPaths)
+	}
+	if pods := launcherPods(t, ns); len(pods) != 1 {
+		t.Errorf("%d launcher Pods, want 1 (only the allowed VMI's)", len(pods))
 	}
 }

@@ -115,7 +115,10 @@ func currentPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod 
 func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (result, error) {
 	defaulted := vmi.DeepCopy()
 	v1.SetVirtualMachineInstanceDefaults(defaulted)
-	if errs := validation.ValidateVirtualMachineInstance(defaulted); len(errs) > 0 {
+	errs := validation.ValidateVirtualMachineInstance(defaulted)
+	// Cluster policy: hostDisks only beneath the directories kemu-config allows.
+	errs = append(errs, validation.ValidateHostDisks(defaulted, c.cfg.Template.HostDiskDirs())...)
+	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		return result{}, c.updateStatus(ctx, vmi, "invalid spec: "+msg, func(vmi *v1.VirtualMachineInstance) {
 			if vmi.Status.Phase.IsFinal() {
