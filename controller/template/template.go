@@ -80,6 +80,17 @@ const (
 	DefaultDiskDir = "/disk"
 )
 
+// LauncherCapabilities are the compute container's capabilities, all of
+// them for the launcher's setup: taps, bridge, nftables and the DHCP server
+// in the Pod's network namespace (NET_ADMIN, NET_RAW, NET_BIND_SERVICE);
+// QEMU's device cgroup, its eBPF program, the private cgroup2 and procfs
+// mounts (SYS_ADMIN, BPF); giving QEMU its disks and becoming its user
+// (CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, SETPCAP); stopping it (KILL).
+var LauncherCapabilities = []corev1.Capability{
+	"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SYS_ADMIN", "BPF",
+	"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL",
+}
+
 // GracePeriodPadding is added to the VMI's terminationGracePeriodSeconds for
 // the Pod: after the guest's grace period the launcher sends quit, kills QEMU
 // 5 s later and cleans up (KubeVirt pads by 15 s as well).
@@ -176,11 +187,14 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		VolumeMounts:    b.mounts,
 		VolumeDevices:   b.devices,
 		SecurityContext: &corev1.SecurityContext{
-			// Taps, bridge and nftables in the Pod's network namespace;
-			// QEMU's child cgroup and its eBPF device program.
-			// No SYS_RESOURCE: nothing in the launcher needs it, and runc
-			// refuses a capability missing from the host's bounding set.
-			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "BPF"}},
+			// Exactly what the launcher's setup needs (docs/deploy.md);
+			// once QEMU runs the launcher keeps only KILL and NET_ADMIN
+			// (launcher/unpriv), and QEMU gets none. No SYS_RESOURCE:
+			// runc refuses a capability missing from the host's bounding
+			// set. allowPrivilegeEscalation cannot be false beside
+			// SYS_ADMIN (the API server refuses the pair).
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: LauncherCapabilities},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}

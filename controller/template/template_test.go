@@ -306,3 +306,22 @@ func TestPodName(t *testing.T) {
 		t.Error("a VMI recreated with the same name must get another Pod name")
 	}
 }
+
+func TestComputeSecurityContext(t *testing.T) {
+	pod, err := NewService(Options{LauncherImage: "l"}).Render(Input{VMI: vmi("256Mi", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := pod.Spec.Containers[0].SecurityContext
+	if sc == nil || sc.Privileged != nil || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Fatalf("security context %+v: want every capability dropped but the launcher's", sc)
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccomp %+v, want RuntimeDefault", sc.SeccompProfile)
+	}
+	for _, c := range sc.Capabilities.Add {
+		if c == "SYS_RESOURCE" || c == "SYS_PTRACE" || c == "SYS_MODULE" || c == "MKNOD" {
+			t.Errorf("capability %s added", c)
+		}
+	}
+}
