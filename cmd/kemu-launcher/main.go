@@ -7,9 +7,16 @@
 // Sync RPC; without a VMI flag the launcher serves and waits for a Sync for
 // up to --qemu-timeout, then exits 1. SIGTERM/SIGINT shut the guest down
 // gracefully (--grace-period, else the VMI's terminationGracePeriodSeconds)
-// and exit. Exit status: 0 the guest powered off; 1 the VM failed to start
-// or crashed, or no Sync came; 2 bad flags or VMI; 3 the host stopped it
-// (grace period over, killed).
+// and exit; before the VM started (no Sync yet, or its start under way:
+// cancelled, and a VM started all the same is killed) they exit 3, so that
+// a VM with runStrategy RerunOnFailure starts it again. Exit status: 0 the
+// guest powered off; 1 the VM failed to start or crashed, or no Sync came;
+// 2 bad flags or VMI; 3 the host stopped it (grace period over, killed, or
+// a signal before the VM started).
+//
+// --allow-raw-qmp (debugging only; the controller never sets it) lets the
+// Qmp RPC pass any QMP command and keeps QEMU's second QMP socket; without
+// it the Qmp RPC passes only read-only ones (launcher/cmdserver).
 package main
 
 import (
@@ -64,6 +71,8 @@ func run() int {
 	fs.StringVar(&podInterface, "pod-interface", netsetup.DefaultPodInterface, "the pod network's interface")
 	fs.StringVar(&resolvConf, "resolv-conf", netsetup.DefaultResolvConf, "DNS servers and search domains for the guest's DHCP lease")
 	fs.DurationVar(&qemuTimeout, "qemu-timeout", 5*time.Minute, "exit if no VMI arrives (Sync) within this long")
+	var allowRawQMP bool
+	fs.BoolVar(&allowRawQMP, cmdserver.AllowRawQMPFlag, false, "debugging only: let the Qmp RPC pass any QMP command (default: read-only query commands) and keep QEMU's second QMP socket")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -110,7 +119,11 @@ func run() int {
 		SocketsDir: socketsDir, GracePeriod: grace, Version: version,
 		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
 			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, ContainerDiskDir: containerDiskDir, KernelBootDir: kernelBootDir, NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
+		AllowRawQMP: allowRawQMP,
 	})
+	if allowRawQMP {
+		klog.InfoS("Raw QMP allowed: the Qmp RPC passes any command and QEMU's debug QMP socket stays (debugging only)", "flag", "--"+cmdserver.AllowRawQMPFlag)
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	ctx := context.Background()
@@ -136,8 +149,20 @@ func run() int {
 		klog.ErrorS(nil, "No VMI arrived (Sync) within --qemu-timeout; exiting", "qemuTimeout", qemuTimeout)
 		return 1
 	case sig := <-sigs:
-		klog.InfoS("Signal before any VM; exiting", "signal", sig)
-		return 0
+		// Not a success: the VM never ran (RerunOnFailure restarts it).
+		klog.InfoS("Signal before the VM started; not starting it", "signal", sig)
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		d, killed, err := srv.Abandon(actx)
+		cancel()
+		switch {
+		case err != nil:
+			klog.ErrorS(err, "Stopping the VM's start")
+		case killed:
+			klog.InfoS("Killed the VM that started meanwhile", "state", d.State, "reason", d.Reason)
+		case d.State != "":
+			klog.InfoS("The VM's start was stopped", "state", d.State, "reason", d.Reason, "message", d.Message)
+		}
+		return 3
 	}
 	l := srv.Launcher()
 	final := make(chan launcher.Domain, 1)

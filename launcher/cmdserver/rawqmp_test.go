@@ -70,3 +70,21 @@ func TestQmpRefusedWithoutTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// Abandon before any Sync: nothing to stop, and no VM starts afterwards.
+func TestAbandonBeforeSync(t *testing.T) {
+	s := startServer(t, cmdserver.Options{SocketsDir: shortDir(t)})
+	ctx := ctxFor(t, rpcTimeout)
+	d, killed, err := s.Abandon(ctx)
+	if err != nil || killed || d.State != "" {
+		t.Fatalf("Abandon: %s, %v, %v", d, killed, err)
+	}
+	c, _ := dial(t, s.Socket())
+	_, err = c.Sync(ctx, &rpc.SyncRequest{VmiJson: []byte(`{"apiVersion": "kemu.dev/v1alpha1", "kind": "VirtualMachineInstance",
+		"metadata": {"name": "late"}, "spec": {"domain": {"memory": {"guest": "64Mi"}, "devices": {"disks": [{"name": "root", "disk": {}}]}},
+		"volumes": [{"name": "root", "containerDisk": {"image": "oci:/nonexistent"}}]}}`)})
+	wantCode(t, err, codes.Unavailable, "stopping")
+	if s.Launcher() != nil {
+		t.Error("a launcher was created after Abandon")
+	}
+}

@@ -96,6 +96,9 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	if l := s.Launcher(); l != nil {
 		return s.reconcile(l, vmi)
 	}
+	if s.isAbandoned() {
+		return nil, errAbandoned
+	}
 	cfg := s.opts.Config
 	cfg.VMI = vmi
 	var l *launcher.Launcher
@@ -111,9 +114,16 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	}
 	klog.InfoS("Starting the VM", "vmi", klog.KObj(vmi), "uid", vmi.UID)
 	// Not the RPC's context: a client that goes away must not abort a start
-	// half way.
+	// half way (Abandon may).
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StartTimeout)
 	defer cancel()
+	s.mu.Lock()
+	abandoned := s.abandoned
+	s.cancelStart = cancel
+	s.mu.Unlock()
+	if abandoned {
+		return nil, errAbandoned
+	}
 	startErr := l.Start(sctx)
 	s.mu.Lock()
 	s.setLauncherLocked(l)

@@ -20,7 +20,9 @@
 // already started Launcher instead (kemuctl run). Until then every RPC but
 // Info, Ping, Sync and WatchDomain (which waits) answers FailedPrecondition.
 // A launcher runs one VM for its whole life: once that VM has ended, the
-// server reports its final state but starts no other.
+// server reports its final state but starts no other. Abandon (a signal
+// before the VM started) cancels a start under way, kills a VM started
+// meanwhile and refuses every later Sync.
 //
 // # RPCs (see launcher/rpc/launcher.proto)
 //
@@ -142,17 +144,19 @@ type Server struct {
 
 	syncMu sync.Mutex // serialises Sync (one start at a time)
 
-	mu         sync.Mutex
-	l          *launcher.Launcher
-	vmi        *v1.VirtualMachineInstance // defaulted, as last synced
-	grace      time.Duration
-	qemuVer    string
-	startedAt  time.Time
-	started    chan struct{} // closed once l is set
-	shutdownCh chan struct{} // closed when a shutdown finished
-	shutdown   *launcher.Domain
-	shutErr    error
-	shutOnce   bool
+	mu          sync.Mutex
+	l           *launcher.Launcher
+	vmi         *v1.VirtualMachineInstance // defaulted, as last synced
+	grace       time.Duration
+	qemuVer     string
+	startedAt   time.Time
+	started     chan struct{} // closed once l is set
+	shutdownCh  chan struct{} // closed when a shutdown finished
+	shutdown    *launcher.Domain
+	shutErr     error
+	shutOnce    bool
+	abandoned   bool               // Abandon was called: no VM may start
+	cancelStart context.CancelFunc // ends the start under way, if any
 }
 
 // New returns a server; Start makes it listen.
@@ -354,6 +358,51 @@ func (s *Server) ShutdownVM(ctx context.Context, grace time.Duration) (launcher.
 	case <-ctx.Done():
 		return l.Domain(), ctx.Err()
 	}
+}
+
+// Abandon is for a launcher told to stop before its VM started (the
+// launcher main on SIGTERM while it waits for a Sync, or during the
+// start): every later Sync answers Unavailable, a start under way is
+// cancelled (Start leaves nothing behind) and waited for, and a VM that got
+// started all the same is killed. It returns the VM's final state (zero
+// without a launcher) and whether a VM ran and was killed; ctx bounds the
+// wait.
+func (s *Server) Abandon(ctx context.Context) (launcher.Domain, bool, error) {
+	s.mu.Lock()
+	s.abandoned = true
+	if s.cancelStart != nil {
+		s.cancelStart()
+	}
+	s.mu.Unlock()
+	synced := make(chan struct{})
+	go func() {
+		s.syncMu.Lock() // a Sync under way has returned
+		s.syncMu.Unlock()
+		close(synced)
+	}()
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		return launcher.Domain{}, false, fmt.Errorf("cmdserver: waiting for the start under way: %w", ctx.Err())
+	}
+	l := s.Launcher()
+	if l == nil {
+		return launcher.Domain{}, false, nil
+	}
+	if d := l.Domain(); d.State == launcher.StateShutoff {
+		return d, false, nil // the start failed, or was cancelled
+	}
+	d, err := l.Kill(ctx)
+	return d, true, err
+}
+
+// errAbandoned answers a Sync after Abandon.
+var errAbandoned = status.Error(codes.Unavailable, "the launcher is stopping: it was told to before any VM started")
+
+func (s *Server) isAbandoned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.abandoned
 }
 
 // unaryInterceptor logs calls and turns panics into Internal errors.

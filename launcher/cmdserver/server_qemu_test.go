@@ -120,7 +120,9 @@ func readConsole(stream rpc.Launcher_ConsoleClient) *consoleReader {
 	return r
 }
 
-func (r *consoleReader) waitFor(ctx context.Context, s string) error { return r.waitForCount(ctx, s, 1) }
+func (r *consoleReader) waitFor(ctx context.Context, s string) error {
+	return r.waitForCount(ctx, s, 1)
+}
 
 // count is how often s was seen so far.
 func (r *consoleReader) count(s string) int {
@@ -542,5 +544,19 @@ func TestCommandServerAllowRawQMP(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("RemoveDebugQMP after the client left: %v", err)
+	}
+}
+
+// Abandon (the launcher main on SIGTERM before the VM started) kills a VM
+// whose start finished meanwhile.
+func TestCommandServerAbandonKillsAStartedVM(t *testing.T) {
+	s, c := launcherServer(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	if _, err := c.Sync(ctx, &rpc.SyncRequest{VmiJson: vmiJSON(t, "abandon")}); err != nil {
+		t.Fatal(err)
+	}
+	d, killed, err := s.Abandon(ctx)
+	if err != nil || !killed || d.State != launcher.StateShutoff || d.Reason != launcher.ReasonHostRequest {
+		t.Errorf("Abandon with a running VM: %s, killed %v, %v", d, killed, err)
 	}
 }
