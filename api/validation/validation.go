@@ -8,13 +8,17 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/netip"
 	"path"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -42,13 +46,29 @@ var (
 // ValidateVirtualMachineInstance validates a defaulted VMI.
 func ValidateVirtualMachineInstance(vmi *v1.VirtualMachineInstance) field.ErrorList {
 	allErrs := Unsupported(vmi, nil)
+	allErrs = append(allErrs, validateObjectMeta(&vmi.ObjectMeta)...)
 	allErrs = append(allErrs, ValidateVirtualMachineInstanceSpec(&vmi.Spec, field.NewPath("spec"))...)
+	return allErrs
+}
+
+// validateObjectMeta checks the name and namespace when they are set (a
+// manifest for kemuctl may leave them out): the API server's rules, which a
+// local manifest does not pass through; both reach QEMU's -name.
+func validateObjectMeta(m *metav1.ObjectMeta) field.ErrorList {
+	var allErrs field.ErrorList
+	if m.Name != "" {
+		allErrs = append(allErrs, dnsSubdomain(field.NewPath("metadata", "name"), m.Name)...)
+	}
+	if m.Namespace != "" {
+		allErrs = append(allErrs, dnsLabel(field.NewPath("metadata", "namespace"), m.Namespace)...)
+	}
 	return allErrs
 }
 
 // ValidateVirtualMachine validates a defaulted VM.
 func ValidateVirtualMachine(vm *v1.VirtualMachine) field.ErrorList {
 	allErrs := Unsupported(vm, nil)
+	allErrs = append(allErrs, validateObjectMeta(&vm.ObjectMeta)...)
 	spec := field.NewPath("spec")
 	if vm.Spec.Running != nil && vm.Spec.RunStrategy != nil {
 		allErrs = append(allErrs, field.Invalid(spec.Child("running"), *vm.Spec.Running,
@@ -85,6 +105,7 @@ func ValidateVirtualMachineInstanceSpec(spec *v1.VirtualMachineInstanceSpec, fld
 	allErrs = append(allErrs, validateDomain(&spec.Domain, fldPath.Child("domain"))...)
 	allErrs = append(allErrs, validateVolumes(spec, fldPath)...)
 	allErrs = append(allErrs, validateNetworks(spec, fldPath)...)
+	allErrs = append(allErrs, validateQEMUDevices(spec, fldPath)...)
 
 	if g := spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("terminationGracePeriodSeconds"), *g, "must be 0 or more"))
@@ -105,31 +126,40 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	allErrs = append(allErrs, validateResources(d, fldPath)...)
 
+	machine := ""
+	if d.Machine != nil {
+		machine = d.Machine.Type
+	}
+	_, maxVCPUs, machineOK := machineKind(machine)
+	switch {
+	case machine == "":
+		allErrs = append(allErrs, field.Required(fldPath.Child("machine", "type"), "defaulting sets q35"))
+	case !q35Pattern.MatchString(machine) && !i440fxPattern.MatchString(machine):
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("machine", "type"), machine,
+			[]string{"q35", "pc-q35-X.Y", "pc", "pc-i440fx-X.Y"}))
+	case !machineOK:
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("machine", "type"), machine,
+			"not a machine type of the launcher's QEMU (7.2): pc-q35-2.4 … 7.2, pc-i440fx-1.4 … 7.2"))
+	}
+
 	if d.CPU != nil {
 		p := fldPath.Child("cpu")
-		if n := uint64(d.CPU.Sockets) * uint64(d.CPU.Cores) * uint64(d.CPU.Threads); n > uint64(MaxVCPUs) {
-			allErrs = append(allErrs, field.Invalid(p, n, fmt.Sprintf("sockets*cores*threads must be at most %d", MaxVCPUs)))
+		limit, why := MaxVCPUs, ""
+		if machineOK && maxVCPUs < limit {
+			limit, why = maxVCPUs, fmt.Sprintf(" on machine type %s", machine)
+		}
+		if n := uint64(d.CPU.Sockets) * uint64(d.CPU.Cores) * uint64(d.CPU.Threads); n > uint64(limit) {
+			allErrs = append(allErrs, field.Invalid(p, n, fmt.Sprintf("sockets*cores*threads must be at most %d%s", limit, why)))
 		}
 		for name, n := range map[string]uint32{"sockets": d.CPU.Sockets, "cores": d.CPU.Cores, "threads": d.CPU.Threads} {
 			if n == 0 {
 				allErrs = append(allErrs, field.Invalid(p.Child(name), n, "must be at least 1"))
 			}
 		}
-		if m := d.CPU.Model; m != "" && !cpuModelPattern.MatchString(m) {
+		if m := d.CPU.Model; m != "" && (!cpuModelPattern.MatchString(m) || isHelp(m)) {
 			allErrs = append(allErrs, field.Invalid(p.Child("model"), m,
 				"must be host-passthrough, host-model or a QEMU CPU model name"))
 		}
-	}
-
-	machine := ""
-	if d.Machine != nil {
-		machine = d.Machine.Type
-	}
-	if machine == "" {
-		allErrs = append(allErrs, field.Required(fldPath.Child("machine", "type"), "defaulting sets q35"))
-	} else if !q35Pattern.MatchString(machine) && !i440fxPattern.MatchString(machine) {
-		allErrs = append(allErrs, field.NotSupported(fldPath.Child("machine", "type"), machine,
-			[]string{"q35", "pc-q35-X.Y", "pc", "pc-i440fx-X.Y"}))
 	}
 
 	if d.Firmware != nil {
@@ -148,8 +178,9 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 		seen.Insert(disk.Name)
 		allErrs = append(allErrs, validateDiskTarget(&disk, machine, p)...)
 		if bo := disk.BootOrder; bo != nil {
-			if *bo < 1 {
-				allErrs = append(allErrs, field.Invalid(p.Child("bootOrder"), *bo, "must be 1 or more"))
+			if *bo < 1 || *bo > MaxBootOrder {
+				allErrs = append(allErrs, field.Invalid(p.Child("bootOrder"), *bo,
+					fmt.Sprintf("must be between 1 and %d (QEMU's bootindex is an int32)", MaxBootOrder)))
 			} else if other, dup := boot[*bo]; dup {
 				allErrs = append(allErrs, field.Invalid(p.Child("bootOrder"), *bo, fmt.Sprintf("already used by disk %q", other)))
 			} else {
@@ -198,8 +229,9 @@ func validateResources(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 func validateFirmware(fw *v1.Firmware, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	if fw.UUID != "" {
-		if _, err := uuid.Parse(string(fw.UUID)); err != nil {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("uuid"), fw.UUID, "must be a UUID"))
+		if _, err := uuid.Parse(string(fw.UUID)); err != nil || !canonicalUUID.MatchString(string(fw.UUID)) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("uuid"), fw.UUID,
+				"must be a UUID in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (the only one QEMU parses)"))
 		}
 	}
 	if s := fw.Serial; s != "" {
@@ -218,20 +250,37 @@ func validateFirmware(fw *v1.Firmware, fldPath *field.Path) field.ErrorList {
 			allErrs = append(allErrs, field.Required(p.Child("container"), "kernelBoot needs a container with the kernel or initrd"))
 		default:
 			cp := p.Child("container")
-			if c.Image == "" {
-				allErrs = append(allErrs, field.Required(cp.Child("image"), ""))
+			allErrs = append(allErrs, image(cp.Child("image"), c.Image)...)
+			if c.KernelPath == "" {
+				// QEMU: "-initrd only allowed with -kernel option".
+				allErrs = append(allErrs, field.Required(cp.Child("kernelPath"), "kernel boot needs a kernel (QEMU takes an initrd only with one)"))
 			}
-			if c.KernelPath == "" && c.InitrdPath == "" {
-				allErrs = append(allErrs, field.Required(cp, "kernelPath or initrdPath must be set"))
+			allErrs = append(allErrs, filePath(cp.Child("kernelPath"), c.KernelPath)...)
+			allErrs = append(allErrs, filePath(cp.Child("initrdPath"), c.InitrdPath)...)
+			// QEMU splits -initrd at ',' (several multiboot modules; ",,"
+			// is a comma there, but a Linux kernel's initrd is opened by
+			// the name as it is, so no escaping suits both) and cuts a
+			// module's name at ' ' (the rest are its arguments).
+			if strings.ContainsAny(c.InitrdPath, ", ") {
+				allErrs = append(allErrs, field.Invalid(cp.Child("initrdPath"), c.InitrdPath,
+					"must not contain ',' or ' ': QEMU splits -initrd there (multiboot modules and their arguments)"))
 			}
-			allErrs = append(allErrs, absPath(cp.Child("kernelPath"), c.KernelPath)...)
-			allErrs = append(allErrs, absPath(cp.Child("initrdPath"), c.InitrdPath)...)
+			// The init container copies both into one directory by their
+			// file names (kemu-copy refuses two sources of one name).
+			if c.KernelPath != "" && c.InitrdPath != "" && path.Base(c.KernelPath) == path.Base(c.InitrdPath) {
+				allErrs = append(allErrs, field.Invalid(cp.Child("initrdPath"), c.InitrdPath,
+					fmt.Sprintf("has the file name of kernelPath (%q): both are copied into one directory by file name", path.Base(c.KernelPath))))
+			}
 			if c.ImagePullPolicy != "" {
 				allErrs = append(allErrs, oneOf(cp.Child("imagePullPolicy"), string(c.ImagePullPolicy), pullPolicies...)...)
 			}
 		}
-		if kb.KernelArgs != "" && (c == nil || c.KernelPath == "") {
-			allErrs = append(allErrs, field.Invalid(p.Child("kernelArgs"), kb.KernelArgs, "kernelArgs needs container.kernelPath"))
+		switch ka := kb.KernelArgs; {
+		case len(ka) > MaxArgLength:
+			allErrs = append(allErrs, field.TooLong(p.Child("kernelArgs"), "", MaxArgLength))
+		case controlChar(ka) >= 0:
+			allErrs = append(allErrs, field.Invalid(p.Child("kernelArgs"), ka,
+				fmt.Sprintf("must not contain control characters (found %U): QEMU's -append takes one line", controlChar(ka))))
 		}
 	}
 	return allErrs
@@ -301,10 +350,8 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 
 		if cd := v.ContainerDisk; cd != nil {
 			cp := p.Child("containerDisk")
-			if cd.Image == "" {
-				allErrs = append(allErrs, field.Required(cp.Child("image"), ""))
-			}
-			allErrs = append(allErrs, absPath(cp.Child("path"), cd.Path)...)
+			allErrs = append(allErrs, image(cp.Child("image"), cd.Image)...)
+			allErrs = append(allErrs, filePath(cp.Child("path"), cd.Path)...)
 			if cd.ImagePullPolicy != "" {
 				allErrs = append(allErrs, oneOf(cp.Child("imagePullPolicy"), string(cd.ImagePullPolicy), pullPolicies...)...)
 			}
@@ -316,15 +363,21 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 			}
 			allErrs = append(allErrs, validateCloudInit(ci, p.Child("cloudInitNoCloud"))...)
 		}
-		if ed := v.EmptyDisk; ed != nil && ed.Capacity.Sign() <= 0 {
-			allErrs = append(allErrs, field.Invalid(p.Child("emptyDisk", "capacity"), ed.Capacity.String(), "must be greater than 0"))
+		if ed := v.EmptyDisk; ed != nil {
+			switch {
+			case ed.Capacity.Sign() <= 0:
+				allErrs = append(allErrs, field.Invalid(p.Child("emptyDisk", "capacity"), ed.Capacity.String(), "must be greater than 0"))
+			case ed.Capacity.Cmp(*resource.NewQuantity(MaxQCOW2Size, resource.BinarySI)) > 0:
+				allErrs = append(allErrs, field.Invalid(p.Child("emptyDisk", "capacity"), ed.Capacity.String(),
+					"must be at most 2Pi: an emptyDisk is a qcow2 image, and qemu-img creates none larger"))
+			}
 		}
 		if hd := v.HostDisk; hd != nil {
 			hp := p.Child("hostDisk")
 			if hd.Path == "" {
 				allErrs = append(allErrs, field.Required(hp.Child("path"), ""))
 			} else {
-				allErrs = append(allErrs, absPath(hp.Child("path"), hd.Path)...)
+				allErrs = append(allErrs, filePath(hp.Child("path"), hd.Path)...)
 			}
 			switch hd.Type {
 			case v1.HostDiskExists:
@@ -415,8 +468,15 @@ func validateCloudInit(ci *v1.CloudInitNoCloudSource, p *field.Path) field.Error
 			allErrs = append(allErrs, field.Invalid(p.Child(name), "<base64>", "not valid base64: "+err.Error()))
 		}
 	}
-	if ci.SecretRef != nil && ci.SecretRef.Name == "" {
-		allErrs = append(allErrs, field.Required(p.Child("secretRef", "name"), ""))
+	// The Secret's name is also a directory under the launcher's secrets
+	// directory (and the Pod's mount path): a DNS subdomain, as the API
+	// server requires of Secrets, never "..".
+	if ci.SecretRef != nil {
+		if ci.SecretRef.Name == "" {
+			allErrs = append(allErrs, field.Required(p.Child("secretRef", "name"), ""))
+		} else {
+			allErrs = append(allErrs, dnsSubdomain(p.Child("secretRef", "name"), ci.SecretRef.Name)...)
+		}
 	}
 	return allErrs
 }
@@ -512,12 +572,16 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 	return allErrs
 }
 
+// validateVMNetworkCIDR parses as netsetup and kemuctl run's user
+// networking do (net/netip, which refuses what net.ParseCIDR lets through:
+// IPv4-mapped IPv6 such as ::ffff:10.0.0.0/8, a prefix length with a
+// leading zero such as /024).
 func validateVMNetworkCIDR(p *field.Path, cidr string) field.ErrorList {
-	ip, ipnet, err := net.ParseCIDR(cidr)
-	if err != nil || ip.To4() == nil {
+	pfx, err := netip.ParsePrefix(cidr)
+	if err != nil || !pfx.Addr().Is4() {
 		return field.ErrorList{field.Invalid(p, cidr, "must be an IPv4 CIDR such as 10.0.2.0/24")}
 	}
-	if ones, _ := ipnet.Mask.Size(); ones > 30 {
+	if pfx.Bits() > 30 {
 		return field.ErrorList{field.Invalid(p, cidr, "prefix must be /30 or shorter: the gateway and the guest need addresses")}
 	}
 	return nil
@@ -532,12 +596,40 @@ func oneOf(p *field.Path, val string, allowed ...string) field.ErrorList {
 	return field.ErrorList{field.NotSupported(p, val, allowed)}
 }
 
-func absPath(p *field.Path, val string) field.ErrorList {
-	if val == "" {
+// filePath checks a path of a file QEMU, qemu-img or kemu-copy opens ("" is
+// left to the caller): a clean absolute path naming a file (not "/"), at
+// most PATH_MAX and each element at most NAME_MAX bytes, no control
+// characters (they would reach QEMU's argv or the guest's disk metadata).
+func filePath(p *field.Path, val string) field.ErrorList {
+	switch {
+	case val == "":
 		return nil
-	}
-	if !path.IsAbs(val) || path.Clean(val) != val {
+	case !path.IsAbs(val) || path.Clean(val) != val:
 		return field.ErrorList{field.Invalid(p, val, "must be a clean absolute path")}
+	case val == "/":
+		return field.ErrorList{field.Invalid(p, val, "must name a file, not the root directory")}
+	case len(val) > MaxPathLength:
+		return field.ErrorList{field.TooLong(p, "", MaxPathLength)}
+	case controlChar(val) >= 0:
+		return field.ErrorList{field.Invalid(p, val, fmt.Sprintf("must not contain control characters (found %U)", controlChar(val)))}
+	}
+	for _, el := range strings.Split(val[1:], "/") {
+		if len(el) > MaxFileNameLength {
+			return field.ErrorList{field.Invalid(p, val, fmt.Sprintf("a path element is %d bytes; at most %d", len(el), MaxFileNameLength))}
+		}
+	}
+	return nil
+}
+
+// image checks a container image reference: required, and no white space
+// or control characters (the API server refuses a Pod whose image has
+// leading or trailing white space, and no registry name has any).
+func image(p *field.Path, val string) field.ErrorList {
+	if val == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	if i := strings.IndexFunc(val, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 || !utf8.ValidString(val) {
+		return field.ErrorList{field.Invalid(p, val, "must not contain white space or control characters")}
 	}
 	return nil
 }
@@ -559,4 +651,125 @@ func dnsSubdomain(p *field.Path, val string) field.ErrorList {
 		errs = append(errs, field.Invalid(p, val, msg))
 	}
 	return errs
+}
+
+// validateQEMUDevices refuses device layouts the launcher's QEMU would
+// refuse: more SATA disks than q35's AHCI controller has ports, a read-only
+// disk on SATA (ide-hd has no read-only mode: "Block node is read-only"),
+// more PCI devices than the root bus has free slots, more SCSI disks than
+// LUNs, two disks whose block node names collide, and a disk and an
+// interface with the same name (both are QEMU device "ua-<name>").
+func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	devs := fldPath.Child("domain", "devices")
+	vols := map[string]*v1.Volume{}
+	for i := range spec.Volumes {
+		if _, dup := vols[spec.Volumes[i].Name]; !dup {
+			vols[spec.Volumes[i].Name] = &spec.Volumes[i]
+		}
+	}
+	q35 := true
+	if m := spec.Domain.Machine; m != nil {
+		q35, _, _ = machineKind(m.Type)
+	}
+	ids := map[string]string{}   // QEMU device id -> disk name
+	stems := map[string]string{} // block node stem -> disk name
+	sata, virtio, scsi := 0, 0, 0
+	for i := range spec.Domain.Devices.Disks {
+		disk := &spec.Domain.Devices.Disks[i]
+		p := devs.Child("disks").Index(i)
+		if disk.Name == "" {
+			continue // reported as required
+		}
+		ids[QEMUDeviceID(disk.Name)] = disk.Name
+		stem := BlockNodeStem(disk.Name)
+		if other, dup := stems[stem]; dup && other != disk.Name {
+			allErrs = append(allErrs, field.Invalid(p.Child("name"), disk.Name,
+				fmt.Sprintf("its QEMU block node name (drive-%s, from its first 16 characters and a hash) is disk %q's too; rename one", stem, other)))
+		}
+		stems[stem] = disk.Name
+
+		var bus v1.DiskBus
+		var bp *field.Path
+		switch {
+		case disk.Disk != nil:
+			bus, bp = disk.Disk.Bus, p.Child("disk", "bus")
+		case disk.CDRom != nil:
+			bus, bp = disk.CDRom.Bus, p.Child("cdrom", "bus")
+		}
+		switch bus {
+		case v1.DiskBusVirtio:
+			virtio++
+		case v1.DiskBusSCSI:
+			if scsi++; scsi > MaxSCSIDisks {
+				allErrs = append(allErrs, field.Invalid(bp, bus, fmt.Sprintf(
+					"SCSI disk or CD-ROM number %d: a virtio-scsi controller has %d LUNs", scsi, MaxSCSIDisks)))
+			}
+		}
+		if bus != v1.DiskBusSATA || !q35 {
+			continue // no SATA, or no AHCI controller (reported by validateDiskTarget)
+		}
+		sata++
+		if sata > SATAPorts {
+			allErrs = append(allErrs, field.Invalid(bp, bus, fmt.Sprintf(
+				"SATA disk or CD-ROM number %d: q35's AHCI controller has %d ports, one device each; use virtio or scsi", sata, SATAPorts)))
+		}
+		if disk.Disk == nil {
+			continue // a CD-ROM (ide-cd) is read-only anyway
+		}
+		if disk.Disk.ReadOnly {
+			allErrs = append(allErrs, field.Invalid(p.Child("disk", "readonly"), true,
+				"QEMU cannot attach a read-only disk to SATA (ide-hd); use bus virtio or scsi, or a cdrom"))
+		} else if src := readOnlySource(vols[disk.Name]); src != "" {
+			allErrs = append(allErrs, field.Invalid(bp, bus, fmt.Sprintf(
+				"volume %q is read-only (%s) and QEMU cannot attach a read-only disk to SATA (ide-hd); use bus virtio or scsi, or a cdrom",
+				disk.Name, src)))
+		}
+	}
+	allErrs = append(allErrs, pciSlots(&spec.Domain.Devices, virtio, scsi, devs)...)
+	for i := range spec.Domain.Devices.Interfaces {
+		name := spec.Domain.Devices.Interfaces[i].Name
+		if other, dup := ids[QEMUDeviceID(name)]; dup {
+			allErrs = append(allErrs, field.Invalid(devs.Child("interfaces").Index(i).Child("name"), name, fmt.Sprintf(
+				"disk %q has the same name: both would be QEMU device %q; disk and interface names must differ", other, QEMUDeviceID(name))))
+		}
+	}
+	return allErrs
+}
+
+// pciSlots counts the PCI devices launcher/cmdline adds: one per virtio
+// disk and per interface, the virtio-scsi controller when there are SCSI
+// disks, the virtio-serial controller of the guest agent channel (always),
+// the RNG and the balloon when asked for.
+func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
+	n := virtio + len(d.Interfaces) + 1
+	if scsi > 0 {
+		n++
+	}
+	if d.Rng != nil {
+		n++
+	}
+	if d.AutoattachMemBalloon == nil || *d.AutoattachMemBalloon {
+		n++
+	}
+	if n <= PCIRootSlots {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, fmt.Sprintf("%d PCI devices", n), fmt.Sprintf(
+		"%d virtio disks and %d interfaces need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon): "+
+			"QEMU's root bus has %d; put disks on scsi", virtio, len(d.Interfaces), n, PCIRootSlots))}
+}
+
+// readOnlySource says why the launcher opens a volume read-only ("" when it
+// does not): cloud-init's generated ISO, a claim mounted readOnly.
+func readOnlySource(v *v1.Volume) string {
+	switch {
+	case v == nil:
+		return ""
+	case v.CloudInitNoCloud != nil:
+		return "cloudInitNoCloud"
+	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly:
+		return "persistentVolumeClaim.readOnly"
+	}
+	return ""
 }

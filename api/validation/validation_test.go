@@ -176,7 +176,7 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 					Container:  &v1.KernelBootContainer{Image: "k:1", InitrdPath: "boot/initrd"},
 				}}
 			},
-			want: []string{"Invalid value spec.domain.firmware.kernelBoot.container.initrdPath", "Invalid value spec.domain.firmware.kernelBoot.kernelArgs"},
+			want: []string{"Invalid value spec.domain.firmware.kernelBoot.container.initrdPath", "Required value spec.domain.firmware.kernelBoot.container.kernelPath"},
 		},
 		{
 			name: "hostDisk DiskOrCreate without capacity, relative path",
@@ -261,6 +261,7 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 			want: []string{"Invalid value spec.terminationGracePeriodSeconds", "Unsupported value spec.startStrategy"},
 		},
 	}
+	tests = append(tests, qemuRefusals...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			vmi := baseVMI()

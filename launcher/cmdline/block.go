@@ -3,6 +3,8 @@ package cmdline
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // BlockFile is a protocol node: -blockdev driver=file (or host_device for
@@ -109,8 +111,8 @@ func (s SCSIDisk) Args() ([]string, error) {
 	if s.CDROM {
 		driver = "scsi-cd"
 	}
-	if s.LUN < 0 || s.LUN > 16383 {
-		return nil, fmt.Errorf("-device %s: LUN %d out of range 0-16383", driver, s.LUN)
+	if s.LUN < 0 || s.LUN >= validation.MaxSCSIDisks {
+		return nil, fmt.Errorf("-device %s: LUN %d out of range 0-%d", driver, s.LUN, validation.MaxSCSIDisks-1)
 	}
 	o := s.opts(driver).add("bus", s.Bus).add("channel", "0").add("scsi-id", "0").add("lun", strconv.Itoa(s.LUN))
 	return o.arg("-device")
@@ -118,7 +120,7 @@ func (s SCSIDisk) Args() ([]string, error) {
 
 // SATAPorts is the number of ports of q35's built-in AHCI controller
 // (buses ide.0 … ide.5).
-const SATAPorts = 6
+const SATAPorts = validation.SATAPorts
 
 // IDEDisk is an ide-hd or ide-cd on a port of q35's AHCI controller.
 // QEMU refuses a read-only ide-hd ("Block node is read-only").

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // disks: per disk a protocol node, a format node and a guest device.
@@ -68,8 +69,8 @@ func (b *builder) disks() {
 
 		bd := BlockDisk{ID: id, Drive: format, Serial: b.val(p+".serial", disk.Serial)}
 		if bo := disk.BootOrder; bo != nil {
-			if *bo < 1 || *bo > 1<<16 {
-				b.fail(p+".bootOrder", "%d: must be between 1 and 65536", *bo)
+			if *bo < 1 || *bo > validation.MaxBootOrder {
+				b.fail(p+".bootOrder", "%d: must be between 1 and %d (QEMU's bootindex is an int32)", *bo, validation.MaxBootOrder)
 			}
 			bd.BootIndex = int(*bo)
 		}

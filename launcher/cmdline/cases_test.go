@@ -152,6 +152,12 @@ var cases = []testCase{
 	{name: "cpu-tcg", vmi: "cpu", boot: true},
 	{name: "cpu-named-kvm", vmi: "cpu-named", accel: AccelKVM, noQEMU: true},
 	{name: "cpu-named-tcg", vmi: "cpu-named"},
+	{name: "pci-slots", vmi: "pci-slots", setup: func(t testing.TB, e env, in *Input) {
+		for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2}
+		}
+		in.NICs = []NIC{userNIC("default")}
+	}},
 	{name: "escaping", vmi: "escaping", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		name := in.VMI.Spec.Domain.Devices.Disks[0].Name
 		in.Drives[name] = Drive{Path: e.image(t, "vol,1/data", FormatRaw, 4*mib), Format: FormatRaw}

@@ -109,7 +109,12 @@ func TestBuildErrors(t *testing.T) {
 			want: "spec.domain.devices.disks[0].name", rest: `no prepared drive for volume "root"`},
 		{name: "bad format", yaml: baseYAML, mod: func(in *Input) { in.Drives["root"] = Drive{Path: "/x", Format: "vmdk"} },
 			want: `Input.Drives["root"].Format`},
-		{name: "7 sata", yaml: sataYAML(7), mod: func(in *Input) {
+		// Validation refuses a 7th SATA disk (and the shared name below);
+		// Build refuses it too when handed an unvalidated VMI.
+		{name: "7 sata", yaml: sataYAML(6), mod: func(in *Input) {
+			d := &in.VMI.Spec.Domain.Devices
+			d.Disks = append(d.Disks, d.Disks[5])
+			d.Disks[6].Name = "d6"
 			for i := range 7 {
 				in.Drives[fmt.Sprintf("d%d", i)] = Drive{Path: fmt.Sprintf("/d%d", i), Format: FormatRaw}
 			}
@@ -184,9 +189,10 @@ func TestBuildErrors(t *testing.T) {
 			in.NICs = []NIC{{Name: "default", User: &UserNet{Forwards: []Forward{{Proto: "sctp", HostPort: 1, GuestPort: 1}}}}}
 		}, want: "Input.NICs[0].User", rest: "sctp"},
 		{name: "disk and interface share a name", yaml: strings.ReplaceAll(netYAML, "      interfaces:", `      disks:
-      - name: default
-      interfaces:`) + "  volumes:\n  - name: default\n    emptyDisk:\n      capacity: 1Mi\n",
+      - name: disk
+      interfaces:`) + "  volumes:\n  - name: disk\n    emptyDisk:\n      capacity: 1Mi\n",
 			mod: func(in *Input) {
+				in.VMI.Spec.Domain.Devices.Disks[0].Name = "default"
 				in.Drives["default"] = Drive{Path: "/d", Format: FormatRaw}
 				in.NICs = []NIC{{Name: "default", TapFDs: []int{3}}}
 			}, want: "spec.domain.devices.interfaces[0].name", rest: `"ua-default"`},

@@ -57,6 +57,11 @@ func newOpts(head string) *opts {
 
 func (o *opts) push(key, val string) {
 	e, err := Escape(val)
+	if err == nil && key == "" && strings.ContainsRune(val, '=') {
+		// The first value has an implied key (driver, type): QEMU takes
+		// "a=b,…" as key a, so an '=' there would name a key of its own.
+		err = fmt.Errorf("%q contains '=', which QEMU reads as a key in the first position", val)
+	}
 	if err != nil {
 		if o.err == nil {
 			name := key

@@ -1,29 +1,21 @@
 package cmdline
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"regexp"
+
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // idPattern is what QEMU accepts as a device, chardev, netdev or node id.
 var idPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
 
 // MaxNodeName is the longest block node name QEMU accepts.
-const MaxNodeName = 31
-
-// maxNodeStem keeps "drive-"+stem and "file-"+stem within MaxNodeName.
-const maxNodeStem = MaxNodeName - len("drive-")
+const MaxNodeName = validation.MaxNodeName
 
 // nodeStem is the disk name when it fits, else its first 16 characters,
-// "-" and 8 hex digits of its SHA-256 (25 characters).
-func nodeStem(disk string) string {
-	if len(disk) <= maxNodeStem {
-		return disk
-	}
-	sum := sha256.Sum256([]byte(disk))
-	return disk[:16] + "-" + hex.EncodeToString(sum[:4])
-}
+// "-" and 8 hex digits of its SHA-256 (25 characters): api/validation
+// defines it, and refuses two disks with one stem.
+func nodeStem(disk string) string { return validation.BlockNodeStem(disk) }
 
 // NodeName is the format node of a disk ("drive-<name>", hashed when
 // longer than 31 characters): the node its guest device attaches to.
@@ -34,10 +26,10 @@ func FileNodeName(disk string) string { return "file-" + nodeStem(disk) }
 
 // DiskDeviceID is the QEMU device id of a disk ("ua-<name>", KubeVirt's
 // user alias).
-func DiskDeviceID(disk string) string { return "ua-" + disk }
+func DiskDeviceID(disk string) string { return validation.QEMUDeviceID(disk) }
 
 // NICDeviceID is the QEMU device id of an interface's NIC.
-func NICDeviceID(iface string) string { return "ua-" + iface }
+func NICDeviceID(iface string) string { return validation.QEMUDeviceID(iface) }
 
 // NetdevID is the id of an interface's network backend.
 func NetdevID(iface string) string { return "net-" + iface }
