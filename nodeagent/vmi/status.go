@@ -3,6 +3,7 @@ package vmi
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +64,49 @@ const (
 
 // SELinuxNone is status.selinuxContext when QEMU runs without a label.
 const SELinuxNone = "none"
+
+// Caps on what the guest agent reports into a VMI's status
+// (status.guestOSInfo, status.interfaces): the guest is untrusted, and the
+// VMI object (etcd, every watcher) must stay small whatever it claims.
+// docs/nodeagent.md lists them.
+const (
+	// MaxGuestString bounds each string the guest reports (every
+	// guestOSInfo field, an interface's name, MAC and each address), in
+	// bytes; longer ones are cut on a UTF-8 boundary (invalid UTF-8 becomes
+	// U+FFFD first).
+	MaxGuestString = 256
+	// MaxGuestInterfaces bounds the interfaces only the guest agent reports
+	// (the VMI's own interfaces, matched by MAC, are always listed).
+	MaxGuestInterfaces = 32
+	// MaxGuestIPs bounds the addresses taken from the guest agent for one
+	// interface.
+	MaxGuestIPs = 16
+)
+
+// guestString applies MaxGuestString.
+func guestString(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= MaxGuestString {
+		return s
+	}
+	i := MaxGuestString
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
+}
+
+// guestIPs strips the prefix lengths of the agent's addresses and applies
+// MaxGuestIPs and MaxGuestString.
+func guestIPs(ips []string) []string {
+	out := stripPrefixes(ips[:min(len(ips), MaxGuestIPs)])
+	for i := range out {
+		out[i] = guestString(out[i])
+	}
+	return out
+}
 
 // Observation is what the node agent knows about one VMI's launcher; the
 // input of ApplyStatus.
@@ -268,11 +312,13 @@ func syncedCondition(vmi *v1.VirtualMachineInstance, o Observation) {
 	setCondition(vmi, c, o.Now)
 }
 
+// guestOSInfo is the agent's view of the OS, capped (MaxGuestString).
 func guestOSInfo(g *rpc.GuestInfoResponse) v1.VirtualMachineInstanceGuestOSInfo {
 	return v1.VirtualMachineInstanceGuestOSInfo{
-		Name: g.GetOsName(), KernelRelease: g.GetKernelRelease(), Version: g.GetOsVersion(),
-		PrettyName: g.GetOsPrettyName(), VersionID: g.GetOsVersionId(), KernelVersion: g.GetKernelVersion(),
-		Machine: g.GetMachine(), ID: g.GetOsId(),
+		Name: guestString(g.GetOsName()), KernelRelease: guestString(g.GetKernelRelease()),
+		Version: guestString(g.GetOsVersion()), PrettyName: guestString(g.GetOsPrettyName()),
+		VersionID: guestString(g.GetOsVersionId()), KernelVersion: guestString(g.GetKernelVersion()),
+		Machine: guestString(g.GetMachine()), ID: guestString(g.GetOsId()),
 	}
 }
 
@@ -282,7 +328,9 @@ func guestOSInfo(g *rpc.GuestInfoResponse) v1.VirtualMachineInstanceGuestOSInfo 
 // addresses), matched by MAC. A NIC both know is "domain, guest-agent" and
 // keeps the domain's IPs when it has any (masquerade: the guest's 10.0.2.2
 // is not reachable from the cluster); NICs only the agent reports (not
-// loopback) follow with "guest-agent". Addresses drop their prefix length.
+// loopback) follow with "guest-agent", at most MaxGuestInterfaces of them.
+// Addresses drop their prefix length. What comes from the agent is capped
+// (MaxGuestString, MaxGuestIPs).
 func Interfaces(dom []*rpc.DomainInterface, guest *rpc.GuestInfoResponse) []v1.VirtualMachineInstanceNetworkInterface {
 	byMAC := map[string]*rpc.GuestInterface{}
 	for _, g := range guest.GetInterfaces() {
@@ -297,9 +345,9 @@ func Interfaces(dom []*rpc.DomainInterface, guest *rpc.GuestInfoResponse) []v1.V
 		i.IPAddresses = stripPrefixes(d.GetIpAddresses())
 		if g := byMAC[strings.ToLower(d.GetMac())]; g != nil && d.GetMac() != "" {
 			used[g] = true
-			i.InterfaceName, i.InfoSource = g.GetName(), InfoSourceDomainAndAgnt
+			i.InterfaceName, i.InfoSource = guestString(g.GetName()), InfoSourceDomainAndAgnt
 			if len(i.IPAddresses) == 0 {
-				i.IPAddresses = stripPrefixes(g.GetIpAddresses())
+				i.IPAddresses = guestIPs(g.GetIpAddresses())
 			}
 		}
 		if len(i.IPAddresses) > 0 {
@@ -307,12 +355,16 @@ func Interfaces(dom []*rpc.DomainInterface, guest *rpc.GuestInfoResponse) []v1.V
 		}
 		out = append(out, i)
 	}
+	agentOnly := 0
 	for _, g := range guest.GetInterfaces() {
 		if used[g] || g.GetName() == "lo" || isLoopbackOnly(g) {
 			continue
 		}
-		i := v1.VirtualMachineInstanceNetworkInterface{MAC: g.GetMac(), InterfaceName: g.GetName(),
-			InfoSource: InfoSourceGuestAgent, IPAddresses: stripPrefixes(g.GetIpAddresses())}
+		if agentOnly++; agentOnly > MaxGuestInterfaces {
+			break
+		}
+		i := v1.VirtualMachineInstanceNetworkInterface{MAC: guestString(g.GetMac()), InterfaceName: guestString(g.GetName()),
+			InfoSource: InfoSourceGuestAgent, IPAddresses: guestIPs(g.GetIpAddresses())}
 		if len(i.IPAddresses) > 0 {
 			i.IPAddress = i.IPAddresses[0]
 		}

@@ -1,8 +1,12 @@
 package vmi
 
 import (
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -214,4 +218,79 @@ func TestSyncedMessage(t *testing.T) {
 		}
 	}
 	t.Error("no Synchronized condition")
+}
+
+func TestGuestString(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{name: "short", in: "Debian GNU/Linux 12", want: "Debian GNU/Linux 12"},
+		{name: "exactly the cap", in: strings.Repeat("a", MaxGuestString), want: strings.Repeat("a", MaxGuestString)},
+		{name: "ascii over", in: strings.Repeat("a", MaxGuestString+1), want: strings.Repeat("a", MaxGuestString)},
+		// "é" is 2 bytes, "€" 3: the cut backs off to the rune start.
+		{name: "2-byte runes", in: strings.Repeat("é", MaxGuestString), want: strings.Repeat("é", MaxGuestString/2)},
+		{name: "3-byte rune across the cut", in: strings.Repeat("a", MaxGuestString-1) + "€", want: strings.Repeat("a", MaxGuestString-1)},
+		{name: "invalid UTF-8", in: "ok\xff\xfe", want: "ok\uFFFD"},
+		{name: "huge", in: strings.Repeat("x", 1<<20), want: strings.Repeat("x", MaxGuestString)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := guestString(tc.in)
+			if got != tc.want || !utf8.ValidString(got) || len(got) > MaxGuestString {
+				t.Errorf("got %q (%d bytes), want %q", got, len(got), tc.want)
+			}
+		})
+	}
+}
+
+// A hostile guest agent cannot grow the VMI: strings, interfaces and
+// addresses are capped; the VMI's own interfaces stay whatever the agent
+// lists before them.
+func TestGuestInfoCapped(t *testing.T) {
+	long := strings.Repeat("x", 10*MaxGuestString)
+	var ips []string
+	for i := range 100 {
+		ips = append(ips, fmt.Sprintf("10.0.%d.%d/24", i/250, i%250))
+	}
+	var junk []*rpc.GuestInterface
+	for i := range 1000 {
+		junk = append(junk, &rpc.GuestInterface{Name: long, Mac: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256), IpAddresses: ips})
+	}
+	dom := []*rpc.DomainInterface{{Name: "default", Mac: "52:54:00:00:00:01"}}
+	guest := &rpc.GuestInfoResponse{OsName: long, OsPrettyName: long, KernelRelease: long, KernelVersion: long,
+		OsVersion: long, OsVersionId: long, Machine: long, OsId: long, Hostname: long,
+		Interfaces: append(junk, &rpc.GuestInterface{Name: "eth0", Mac: "52:54:00:00:00:01", IpAddresses: ips})}
+
+	vmi := &v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}}
+	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: "Running", AgentConnected: true, Interfaces: dom}, Guest: guest, Now: t0})
+	st := vmi.Status
+
+	osi := st.GuestOSInfo
+	for field, v := range map[string]string{"name": osi.Name, "prettyName": osi.PrettyName, "kernelRelease": osi.KernelRelease,
+		"kernelVersion": osi.KernelVersion, "version": osi.Version, "versionId": osi.VersionID, "machine": osi.Machine, "id": osi.ID} {
+		if len(v) != MaxGuestString {
+			t.Errorf("guestOSInfo.%s is %d bytes, want %d", field, len(v), MaxGuestString)
+		}
+	}
+	if len(st.Interfaces) != 1+MaxGuestInterfaces {
+		t.Fatalf("%d interfaces, want the VMI's one and %d from the agent", len(st.Interfaces), MaxGuestInterfaces)
+	}
+	if i := st.Interfaces[0]; i.Name != "default" || i.InterfaceName != "eth0" || i.InfoSource != InfoSourceDomainAndAgnt ||
+		len(i.IPAddresses) != MaxGuestIPs || i.IPAddress != "10.0.0.0" {
+		t.Errorf("the VMI's interface: %+v", i)
+	}
+	for _, i := range st.Interfaces[1:] {
+		if len(i.InterfaceName) != MaxGuestString || len(i.IPAddresses) != MaxGuestIPs || i.InfoSource != InfoSourceGuestAgent {
+			t.Errorf("agent interface: name %d bytes, %d addresses, source %q", len(i.InterfaceName), len(i.IPAddresses), i.InfoSource)
+			break
+		}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1000 interfaces × 100 addresses × ~2.5 KiB of names before the caps.
+	if len(b) > 64<<10 {
+		t.Errorf("the status is %d bytes", len(b))
+	}
+	t.Logf("status with a hostile agent: %d bytes", len(b))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -342,14 +341,10 @@ func (c *Controller) desiredState(ctx context.Context, st *vmiState, vmi *v1.Vir
 	return c.refreshGuestInfo(ctx, st, d), nil
 }
 
-// ctrlAltDel is QMP send-key Ctrl+Alt+Delete on the guest's keyboard.
-const ctrlAltDel = `{"execute":"send-key","arguments":{"keys":[{"type":"qcode","data":"ctrl"},{"type":"qcode","data":"alt"},{"type":"qcode","data":"delete"}]}}`
-
 // softReboot acts once on each kemu.dev/soft-reboot value that differs
-// from kemu.dev/soft-reboot-done, then records it there. The launcher has
-// no RPC to reach the guest agent's guest-shutdown, so the request is
-// Ctrl+Alt+Delete on the guest's keyboard (QMP send-key through the Qmp
-// pass-through): the guest OS reboots itself as on a console three-finger
+// from kemu.dev/soft-reboot-done, then records it there. The request is the
+// launcher's SoftReboot RPC: Ctrl+Alt+Delete on the guest's keyboard, which
+// the guest OS answers by rebooting itself as on a console three-finger
 // salute. (ACPI has no reboot button; system_reset would be a hard reset.)
 func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, d *rpc.Domain) error {
 	req := vmi.Annotations[v1.VMISoftRebootAnnotation]
@@ -365,12 +360,12 @@ func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.Virtu
 			return nil // paused or shutting down: later
 		}
 		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		resp, err := st.client.Qmp(rctx, &rpc.QmpRequest{CommandJson: ctrlAltDel})
+		_, err := st.client.SoftReboot(rctx, &rpc.Empty{})
 		cancel()
-		if err == nil && strings.Contains(resp.GetReplyJson(), `"error"`) {
-			err = fmt.Errorf("QEMU: %s", resp.GetReplyJson())
+		countRPC("SoftReboot", err)
+		if status.Code(err) == codes.FailedPrecondition {
+			return nil // no longer running: later
 		}
-		countRPC("Qmp", err)
 		if err != nil {
 			return fmt.Errorf("soft reboot: %w", err)
 		}
