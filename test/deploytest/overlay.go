@@ -23,6 +23,17 @@ type Ports struct{ Health, Metrics int }
 // not "", retags the three kemu images (kustomize images:, which also
 // rewrites the launcher image in kemu-config).
 func Overlay(dir string, c *cluster.Cluster, tag string) (Ports, error) {
+	return OverlayWith(dir, c, tag, Config{})
+}
+
+// Config is kemu-config for the overlay; zero fields keep deploy/'s values.
+type Config struct {
+	// HostDiskDirs is kemu-config hostDiskDirs.
+	HostDiskDirs string
+}
+
+// OverlayWith is Overlay with kemu-config values.
+func OverlayWith(dir string, c *cluster.Cluster, tag string, cfg Config) (Ports, error) {
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		return Ports{}, err
@@ -84,9 +95,9 @@ resources:
     patch: |%s
   - target: {kind: Deployment, name: kemu-controller}
     patch: |%s
-`, rel, images, c.KubeletRootDir, filepath.Join(c.Dir, "kemu-state"),
+%s`, rel, images, c.KubeletRootDir, filepath.Join(c.Dir, "kemu-state"),
 		hostNet(1, fmt.Sprintf("--health-addr=:%d", p.Health), p.Health),
-		hostNet(3, fmt.Sprintf("--metrics-addr=:%d", p.Metrics), p.Metrics))
+		hostNet(3, fmt.Sprintf("--metrics-addr=:%d", p.Metrics), p.Metrics), configPatch(cfg))
 	return p, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
 }
 
@@ -98,4 +109,17 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func configPatch(cfg Config) string {
+	if cfg.HostDiskDirs == "" {
+		return ""
+	}
+	return fmt.Sprintf(`  - target: {kind: ConfigMap, name: kemu-config}
+    patch: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: kemu-config}
+      data: {hostDiskDirs: %q}
+`, cfg.HostDiskDirs)
 }
