@@ -681,6 +681,13 @@ const (
 	// QEMU runs under its cgroup v2 device allowlist and False, reason
 	// NoDeviceCgroup, when the launcher was told to run without it.
 	VirtualMachineInstanceDevicesConfined VirtualMachineInstanceConditionType = "DevicesConfined"
+	// VirtualMachineInstanceLauncherUnverified (kemu addition) is True while
+	// the node agent refuses what it found at the VMI's launcher socket (a
+	// symlink on the way, not a socket, a process outside the launcher
+	// Pod's cgroup, a launcher of another VMI): it sends that launcher no
+	// command. The reason names the failed check, the message what was
+	// found. Removed once the Pod's own launcher answers.
+	VirtualMachineInstanceLauncherUnverified VirtualMachineInstanceConditionType = "LauncherUnverified"
 )
 
 // VirtualMachineInstanceCondition is one condition of a VMI.

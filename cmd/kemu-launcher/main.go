@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kemu-dev/kemu/launcher"
@@ -50,11 +51,12 @@ func run() int {
 		pvcRoot, secretsDir, containerDiskDir, kernelBootDir                       string
 		grace, qemuTimeout                                                         time.Duration
 		noDeviceCgroup, podNetwork                                                 bool
-		podInterface, resolvConf                                                   string
+		podInterface, resolvConf, vmiUID                                           string
 	)
 	fs := flag.NewFlagSet("kemu-launcher", flag.ContinueOnError)
 	fs.StringVar(&vmiFile, "vmi-file", "", "the VirtualMachineInstance (JSON or YAML); none: wait for a Sync")
 	fs.StringVar(&vmiJSON, "vmi-json", "", "the VirtualMachineInstance as JSON; none: wait for a Sync")
+	fs.StringVar(&vmiUID, cmdserver.VMIUIDFlag, "", "the UID of the VMI this launcher runs (set by the launcher Pod): Info reports it to the node agent and Sync refuses any other VMI; empty: any")
 	fs.StringVar(&socketsDir, "sockets-dir", "/var/run/kemu/sockets", "where launcher.sock is created")
 	fs.StringVar(&runtimeDir, "runtime-dir", "/var/run/kemu/vm", "the VM's private runtime directory (removed when the VM ends)")
 	fs.StringVar(&imageCache, "image-cache", "/var/lib/kemu/images", "cache of container image files")
@@ -99,8 +101,13 @@ func run() int {
 		vmiBytes = []byte(vmiJSON)
 	}
 	if vmiBytes != nil {
-		if _, err := cmdserver.DecodeVMI(vmiBytes); err != nil {
+		vmi, err := cmdserver.DecodeVMI(vmiBytes)
+		if err != nil {
 			klog.ErrorS(errors.New(status.Convert(err).Message()), "Bad VMI")
+			return 2
+		}
+		if vmiUID != "" && string(vmi.UID) != vmiUID {
+			klog.ErrorS(nil, "The VMI is not the one --"+cmdserver.VMIUIDFlag+" names", "uid", vmi.UID, cmdserver.VMIUIDFlag, vmiUID)
 			return 2
 		}
 	}
@@ -116,7 +123,7 @@ func run() int {
 		podNet = &netsetup.Options{PodInterface: podInterface, ResolvConf: resolvConf, TapUID: os.Getuid(), TapGID: os.Getgid()}
 	}
 	srv := cmdserver.New(cmdserver.Options{
-		SocketsDir: socketsDir, GracePeriod: grace, Version: version,
+		SocketsDir: socketsDir, GracePeriod: grace, Version: version, VMIUID: types.UID(vmiUID),
 		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
 			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, ContainerDiskDir: containerDiskDir, KernelBootDir: kernelBootDir, NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
 		AllowRawQMP: allowRawQMP,

@@ -5,7 +5,8 @@
 // registered with the kubelet, false on stop) and the kemu.dev/heartbeat
 // annotation; and the VMI controller of the node (nodeagent/vmi): it
 // connects to the launchers of the VMIs whose status.nodeName is this node
-// through their sockets under --kubelet-root, syncs them, mirrors their
+// through their sockets under --kubelet-root (verified: no symlinks, a
+// socket, a process of the launcher Pod, the VMI's UID), syncs them, mirrors their
 // domains into VMI status and applies pause, soft reboot and deletion.
 // /healthz and /metrics are served on --health-addr. See docs/nodeagent.md.
 package main
@@ -99,14 +100,22 @@ func run() int {
 		klog.ErrorS(err, "kemu client")
 		return 2
 	}
-	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// Events on this node's VMIs (a refused launcher). Not stopped on
+	// SIGTERM: the last ones should still go out.
+	recorder, stopRecorder, err := vmi.NewRecorder(context.WithoutCancel(ctx), client, nodeName)
+	if err != nil {
+		klog.ErrorS(err, "Event recorder")
+		return 2
+	}
+	defer stopRecorder()
+	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot,
+		Recorder: recorder})
 	if err != nil {
 		klog.ErrorS(err, "VMI controller")
 		return 2
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir, "kubeletRoot", kubeletRoot)
 
 	// The probe runs once per process (its verdict is also cached on disk

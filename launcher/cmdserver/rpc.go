@@ -46,7 +46,8 @@ func (s *Server) Info(_ context.Context, req *rpc.InfoRequest) (*rpc.InfoRespons
 				APIVersion, req.GetSupportedVersions())
 		}
 	}
-	return &rpc.InfoResponse{Version: APIVersion, SupportedVersions: []string{APIVersion}, LauncherVersion: s.opts.Version}, nil
+	return &rpc.InfoResponse{Version: APIVersion, SupportedVersions: []string{APIVersion}, LauncherVersion: s.opts.Version,
+		VmiUid: string(s.opts.VMIUID)}, nil
 }
 
 // Ping answers "ok".
@@ -90,6 +91,10 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	vmi, err := DecodeVMI(req.GetVmiJson())
 	if err != nil {
 		return nil, err
+	}
+	if want := s.opts.VMIUID; want != "" && vmi.UID != want {
+		return nil, status.Errorf(codes.FailedPrecondition, "metadata.uid: this launcher was started for VMI uid %q (--%s), not VMI %s uid %q",
+			want, VMIUIDFlag, klog.KObj(vmi), vmi.UID)
 	}
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()

@@ -26,14 +26,19 @@
 //
 // # RPCs (see launcher/rpc/launcher.proto)
 //
-//   - Info: API version negotiation; the only version is "v1".
+//   - Info: API version negotiation; the only version is "v1". It also
+//     reports the UID of the VMI the launcher was started for
+//     (Options.VMIUID, the Pod's --vmi-uid; empty standalone), which the
+//     node agent checks before it sends anything else.
 //   - Sync: VMI JSON (or YAML) → decoded strictly, defaulted and validated
 //     (InvalidArgument naming every bad field path). The first Sync starts
 //     the VM (action "started"); the same spec again does nothing
 //     ("unchanged"); a different terminationGracePeriodSeconds is taken for
 //     later shutdowns ("updated"); any other spec change cannot be applied to
 //     a running QEMU and answers FailedPrecondition naming the changed paths;
-//     a different metadata.uid answers FailedPrecondition.
+//     a different metadata.uid answers FailedPrecondition, and so does a
+//     VMI whose metadata.uid is not Options.VMIUID (when set), before
+//     anything starts.
 //   - Pause (needs Running), Unpause (needs Paused), Reset (needs Running or
 //     Paused), SoftReboot (needs Running; Ctrl+Alt+Delete on the guest's
 //     keyboard): FailedPrecondition in another state, Unavailable once QEMU
@@ -87,6 +92,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
@@ -102,6 +108,10 @@ const (
 
 // APIVersion is the command API version this server speaks.
 const APIVersion = "v1"
+
+// VMIUIDFlag names kemu-launcher's flag that sets Options.VMIUID (the
+// controller's launcher Pod template passes --vmi-uid=<VMI UID>).
+const VMIUIDFlag = "vmi-uid"
 
 // MaxRecvMsgSize bounds a request; larger ones answer ResourceExhausted.
 const MaxRecvMsgSize = 16 << 20
@@ -126,6 +136,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// Version is the launcher's version, reported by Info.
 	Version string
+	// VMIUID is the UID of the VMI this launcher was started for (its Pod's
+	// --vmi-uid): Info reports it and Sync refuses any other VMI. Empty
+	// (standalone, kemuctl run): no check.
+	VMIUID types.UID
 	// AllowRawQMP lets the Qmp RPC pass any command to QEMU and keeps
 	// QEMU's second (debug) QMP socket; without it the Qmp RPC passes only
 	// read-only commands (ReadOnlyQMP) and the debug socket is removed

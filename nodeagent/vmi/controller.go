@@ -5,7 +5,11 @@
 // For each VMI it finds the launcher Pod (status.activePods, else the Pod
 // labelled kemu.dev/created-by=<vmi uid>), the Pod's sockets emptyDir on the
 // host (<kubelet-root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/sockets),
-// waits for launcher.sock (the launcher's readiness signal), connects, calls
+// waits for launcher.sock (the launcher's readiness signal), connects — only
+// to the right launcher: no symlink on the way, a socket, a process in the
+// Pod's cgroup, the VMI's UID in Info; anything else is refused with the
+// LauncherUnverified condition and a Warning event, and nothing is sent to
+// it (launcherclient) — calls
 // Sync with the VMI (again whenever metadata.generation changes; on a running
 // launcher Sync is a no-op), follows WatchDomain (resuming from the last seq
 // after a broken stream) and writes the domain's state into the VMI's status
@@ -39,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -87,6 +92,8 @@ type Config struct {
 	KubeletRoot string
 	// Resync is the informers' resync period (0 = none).
 	Resync time.Duration
+	// Recorder records the VMIs' events (a refused launcher). Required.
+	Recorder record.EventRecorder
 	// SocketPoll, GuestInfoInterval and AgentProbeInterval: see the
 	// defaults.
 	SocketPoll         time.Duration
@@ -122,6 +129,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.KubeletRoot == "" {
 		errs = append(errs, errors.New("vmi: KubeletRoot is required"))
+	}
+	if cfg.Recorder == nil {
+		errs = append(errs, errors.New("vmi: Recorder is required"))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -24,7 +24,7 @@ var (
 	})
 	launcherConnects = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kemu_nodeagent_launcher_connects_total",
-		Help: "Connections to launcher command servers, by result (success, error).",
+		Help: "Connections to launcher command servers, by result (success, error, unverified: refused, nothing sent).",
 	}, []string{"result"})
 	watchReconnects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kemu_nodeagent_launcher_watch_reconnects_total",

@@ -37,6 +37,51 @@ type vmiState struct {
 	probedAt  time.Time // when the last GuestPing ended
 	shutdown  bool      // Shutdown (then Kill) started
 	rebooted  string    // the kemu.dev/soft-reboot value acted on
+
+	// refusal is the last refusal of what was at the launcher socket; nil
+	// before any and once the Pod's launcher verified.
+	refusal *launcherclient.UnverifiedError
+	// lost is set when a reconnection of the established client found the
+	// socket no longer verifying (Follow's ErrUnverified): the state is
+	// then replaced by a fresh one.
+	lost *launcherclient.UnverifiedError
+}
+
+// setRefusal records a refusal; it says whether it differs from the last
+// one (a new event is due).
+func (s *vmiState) setRefusal(u *launcherclient.UnverifiedError) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := s.refusal == nil || *s.refusal != *u
+	s.refusal = u
+	return changed
+}
+
+// clearRefusal forgets the refusal; it says whether there was one.
+func (s *vmiState) clearRefusal() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	had := s.refusal != nil
+	s.refusal = nil
+	return had
+}
+
+func (s *vmiState) getRefusal() *launcherclient.UnverifiedError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusal
+}
+
+func (s *vmiState) setLost(u *launcherclient.UnverifiedError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lost = u
+}
+
+func (s *vmiState) getLost() *launcherclient.UnverifiedError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
 }
 
 // setDomain keeps the newest domain (RPC answers may be older than the

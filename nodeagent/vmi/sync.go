@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"slices"
 	"time"
 
@@ -61,7 +61,15 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	deleting := vmi.DeletionTimestamp != nil || (pod != nil && pod.DeletionTimestamp != nil)
 
 	var after time.Duration
-	if st.client == nil && !st.isGone() {
+	switch lost := st.getLost(); {
+	case lost != nil:
+		// The connection broke and its socket no longer verifies: drop
+		// the connection (nothing more goes to it) and start over from the
+		// socket.
+		c.drop(key)
+		st = c.state(key, vmi.UID)
+		after = c.refuse(ctx, st, vmi, lost)
+	case st.client == nil && !st.isGone():
 		if after, err = c.connect(ctx, st, vmi, pod, podUID); err != nil {
 			return 0, err
 		}
@@ -79,7 +87,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			after = minPositive(after, a)
 		}
 	}
-	if err := c.updateStatus(ctx, vmi, st.observation(time.Now())); err != nil {
+	if err := c.updateStatus(ctx, vmi, st.observation(time.Now()), st.getRefusal()); err != nil {
 		return 0, err
 	}
 	return after, nil
@@ -165,8 +173,10 @@ func (c *Controller) launcherPod(vmi *v1.VirtualMachineInstance) (*corev1.Pod, t
 	return nil, types.UID(uids[0])
 }
 
-// connect waits for the launcher's socket and connects to it. A VMI that
-// was Running whose launcher is no longer there is marked gone.
+// connect waits for the launcher's socket and connects to it, verified
+// (launcherclient.Target: no symlinks, a socket, the Pod's process, the
+// VMI's UID); what does not verify is refused (refuse). A VMI that was
+// Running whose launcher is no longer there is marked gone.
 func (c *Controller) connect(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, pod *corev1.Pod, podUID types.UID) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	wasRunning := vmi.Status.Phase == v1.Running
@@ -177,12 +187,20 @@ func (c *Controller) connect(ctx context.Context, st *vmiState, vmi *v1.VirtualM
 		}
 		return c.cfg.SocketPoll, nil // the controller has not recorded the Pod yet
 	}
-	sock := launcherclient.SocketPath(c.cfg.KubeletRoot, podUID)
-	if !launcherclient.Ready(sock) {
+	target := launcherclient.Target{KubeletRoot: c.cfg.KubeletRoot, PodUID: podUID, VMIUID: vmi.UID}
+	sock := target.SocketPath()
+	ready, err := launcherclient.Ready(target)
+	switch {
+	case errors.Is(err, launcherclient.ErrUnverified):
+		return c.refuse(ctx, st, vmi, err), nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return 0, fmt.Errorf("launcher socket %s: %w", sock, err)
+	}
+	if !ready {
 		if !wasRunning {
 			return c.cfg.SocketPoll, nil
 		}
-		if _, err := os.Stat(launcherclient.SocketsDir(c.cfg.KubeletRoot, podUID)); err != nil && pod != nil {
+		if err != nil && pod != nil {
 			// The Pod is there but its volume is not where we look: a wrong
 			// --kubelet-root must not fail running VMs.
 			logger.Error(err, "The launcher Pod's sockets volume is missing; is --kubelet-root right?", "pod", klog.KObj(pod))
@@ -191,12 +209,15 @@ func (c *Controller) connect(ctx context.Context, st *vmiState, vmi *v1.VirtualM
 		st.setGone(fmt.Sprintf("the launcher's socket %s is gone", sock))
 		return 0, nil
 	}
-	ctx, cancel := context.WithCancel(c.baseCtx())
-	client, info, err := launcherclient.Dial(ctx, sock)
+	dctx, cancel := context.WithCancel(c.baseCtx())
+	client, info, err := launcherclient.Dial(dctx, target)
 	if err != nil {
 		cancel()
+		if errors.Is(err, launcherclient.ErrUnverified) {
+			return c.refuse(ctx, st, vmi, err), nil
+		}
 		launcherConnects.WithLabelValues("error").Inc()
-		if aerr := launcherclient.Alive(sock); errors.Is(aerr, launcherclient.ErrGone) && wasRunning {
+		if aerr := launcherclient.Alive(target); errors.Is(aerr, launcherclient.ErrGone) && wasRunning {
 			st.setGone(fmt.Sprintf("the launcher does not answer on %s: %v", sock, aerr))
 			return 0, nil
 		}
@@ -204,8 +225,10 @@ func (c *Controller) connect(ctx context.Context, st *vmiState, vmi *v1.VirtualM
 	}
 	launcherConnects.WithLabelValues("success").Inc()
 	launcherConnections.Inc()
-	st.ctx, st.cancel, st.client, st.info = ctx, cancel, client, info
-	logger.Info("Connected to the launcher", "socket", sock, "launcherVersion", info.GetLauncherVersion(), "api", info.GetVersion())
+	st.ctx, st.cancel, st.client, st.info = dctx, cancel, client, info
+	logger.Info("Connected to the launcher", "socket", sock, "pid", client.PeerPID(), "launcherVersion", info.GetLauncherVersion(),
+		"api", info.GetVersion())
+	c.verified(st, vmi, client)
 	go c.follow(st, logger)
 	return 0, nil
 }
@@ -233,7 +256,11 @@ func (c *Controller) follow(st *vmiState, logger klog.Logger) {
 		watchReconnects.Inc()
 		logger.Info("WatchDomain broke; resuming", "err", err)
 	})
+	var u *launcherclient.UnverifiedError
 	switch {
+	case errors.As(err, &u):
+		logger.Info("The launcher's socket no longer verifies; dropping the connection", "err", err)
+		st.setLost(u)
 	case errors.Is(err, launcherclient.ErrGone):
 		logger.Info("The launcher is gone", "err", err)
 		st.setGone(err.Error())
@@ -503,16 +530,20 @@ func (c *Controller) startShutdown(ctx context.Context, st *vmiState, vmi *v1.Vi
 	}()
 }
 
-// updateStatus applies the observation to the VMI and writes the status
-// if it changed; on a conflict it re-reads the VMI and recomputes, so the
+// updateStatus applies the observation (and the launcher's verification:
+// refusal nil once verified) to the VMI and writes the status if it
+// changed; on a conflict it re-reads the VMI and recomputes, so the
 // controller's fields written in between are kept.
-func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o Observation) error {
+func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o Observation, refusal *launcherclient.UnverifiedError) error {
 	client := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace)
 	key := vmi.Namespace + "/" + vmi.Name
 	cur := vmi.DeepCopy()
 	for attempt := 0; ; attempt++ {
 		before := cur.Status.DeepCopy()
-		ApplyStatus(cur, o)
+		if !cur.Status.Phase.IsFinal() {
+			ApplyStatus(cur, o)
+			launcherCondition(cur, refusal, o.Now)
+		}
 		if equality.Semantic.DeepEqual(before, &cur.Status) {
 			return nil
 		}

@@ -6,28 +6,35 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
 	"github.com/kemu-dev/kemu/test/cluster"
@@ -45,6 +52,9 @@ var env struct {
 	launcherBin string
 	repoRoot    string
 	imageCache  string
+	recorder    record.EventRecorder
+	// cgroups holds the launcher Pods' cgroups (cgroup v2).
+	cgroups string
 }
 
 const (
@@ -81,6 +91,9 @@ func testMain(m *testing.M) int {
 		return fail("temp dir", err)
 	}
 	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o711); err != nil { // QEMU (uid 107) reads the image cache below it
+		return fail("temp dir", err)
+	}
 	env.launcherBin = filepath.Join(tmp, "kemu-launcher")
 	env.imageCache = filepath.Join(tmp, "images")
 	build := exec.Command("go", "build", "-o", env.launcherBin, "./cmd/kemu-launcher")
@@ -99,6 +112,29 @@ func testMain(m *testing.M) int {
 	}
 	env.kube = kubernetes.NewForConfigOrDie(c.RESTConfig())
 	env.kemu = versioned.NewForConfigOrDie(c.RESTConfig())
+	rec, stopRec, err := NewRecorder(ctx, env.kube, testNode)
+	if err != nil {
+		return fail("event recorder", err)
+	}
+	defer stopRec()
+	env.recorder = rec
+	// Launchers run in cgroups named like kubelet Pod cgroups, their
+	// sockets volumes are bind mounts: root, as under a kubelet.
+	if os.Geteuid() != 0 {
+		return fail("these tests", errors.New("need root (cgroups, bind mounts; make test runs as root)"))
+	}
+	h, err := cgroup.Self()
+	if err != nil {
+		return fail("cgroup2 hierarchy", err)
+	}
+	if env.cgroups, err = os.MkdirTemp(h.Dir, "kemu-nodeagent-test-"); err != nil {
+		return fail("test cgroup", err)
+	}
+	defer func() {
+		if err := removeCgroups(env.cgroups); err != nil {
+			fmt.Fprintln(os.Stderr, "removing the test cgroups:", err)
+		}
+	}()
 	return m.Run()
 }
 
@@ -111,7 +147,7 @@ type agent struct {
 
 func startAgent(t *testing.T, kubeletRoot string) *agent {
 	t.Helper()
-	c, err := New(Config{KubeClient: env.kube, KemuClient: env.kemu, NodeName: testNode, KubeletRoot: kubeletRoot,
+	c, err := New(Config{KubeClient: env.kube, KemuClient: env.kemu, NodeName: testNode, KubeletRoot: kubeletRoot, Recorder: env.recorder,
 		SocketPoll: 200 * time.Millisecond, GuestInfoInterval: 10 * time.Second, AgentProbeInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -132,16 +168,27 @@ func (a *agent) stop() {
 	<-a.done
 }
 
-// vm is a VMI with its Pod object and a real launcher process.
+// vm is a VMI with its Pod object, the Pod's sockets volume under the
+// test kubelet root and (once started) a real launcher process.
 type vm struct {
-	name    string
-	vmi     *v1.VirtualMachineInstance
-	podUID  types.UID
-	sockets string // the launcher's --sockets-dir (short path)
-	cmd     *exec.Cmd
-	exited  chan error
-	log     *syncBuffer
+	name        string
+	vmi         *v1.VirtualMachineInstance
+	podUID      types.UID
+	kubeletRoot string
+	short       string // a short directory: the launcher's runtime dir lives there
+	sockets     string // the launcher's --sockets-dir (short path)
+	cmd         *exec.Cmd
+	exited      chan error
+	log         *syncBuffer
 }
+
+// target is how the node agent reaches the VM's launcher.
+func (v *vm) target() launcherclient.Target {
+	return launcherclient.Target{KubeletRoot: v.kubeletRoot, PodUID: v.podUID, VMIUID: v.vmi.UID}
+}
+
+// hostSockets is the Pod's sockets volume as the node agent sees it.
+func (v *vm) hostSockets() string { return launcherclient.SocketsDir(v.kubeletRoot, v.podUID) }
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -177,17 +224,28 @@ spec:
 
 // startVM does what the controller and the kubelet would: the VMI (with
 // the controller's finalizer), its launcher Pod bound to testNode, the
-// VMI's status up to Scheduled, the Pod's sockets volume under kubeletRoot
-// (a symlink to a short directory: the host path is longer than a unix
-// socket path may be, as under /var/lib/kubelet) and kemu-launcher in it,
-// waiting for Sync.
+// VMI's status up to Scheduled (createVM), the Pod's sockets volume under
+// kubeletRoot (mountSockets) and kemu-launcher --vmi-uid=<its UID> in the
+// Pod's cgroup (startLauncher), waiting for Sync.
 func startVM(t *testing.T, ctx context.Context, kubeletRoot, name string) *vm {
+	t.Helper()
+	v := createVM(t, ctx, kubeletRoot, name, nil)
+	v.mountSockets(t)
+	v.startLauncher(t, podCgroup(t, v.podUID), v.vmi.UID)
+	return v
+}
+
+// createVM creates the VMI (with the controller's finalizer and
+// annotations), its launcher Pod bound to testNode and the VMI's status up
+// to Scheduled; all are deleted when the test ends.
+func createVM(t *testing.T, ctx context.Context, kubeletRoot, name string, annotations map[string]string) *vm {
 	t.Helper()
 	var in v1.VirtualMachineInstance
 	if err := yamlToJSON(fmt.Sprintf(vmiYAML, name), &in); err != nil {
 		t.Fatal(err)
 	}
 	in.Finalizers = []string{finalizer}
+	in.Annotations = annotations
 	vmis := env.kemu.KemuV1alpha1().VirtualMachineInstances("default")
 	created, err := vmis.Create(ctx, &in, metav1.CreateOptions{})
 	if err != nil {
@@ -202,6 +260,14 @@ func startVM(t *testing.T, ctx context.Context, kubeletRoot, name string) *vm {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = vmis.Delete(context.Background(), name, metav1.DeleteOptions{})
+		if cur, err := vmis.Get(context.Background(), name, metav1.GetOptions{}); err == nil && len(cur.Finalizers) > 0 {
+			cur.Finalizers = nil
+			_, _ = vmis.Update(context.Background(), cur, metav1.UpdateOptions{})
+		}
+		_ = env.kube.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
 	created.Status = v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled, NodeName: testNode, LauncherPod: pod.Name,
 		ActivePods: map[types.UID]string{pod.UID: testNode},
 		PhaseTransitionTimestamps: []v1.VirtualMachineInstancePhaseTransitionTimestamp{
@@ -211,50 +277,125 @@ func startVM(t *testing.T, ctx context.Context, kubeletRoot, name string) *vm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, err := os.MkdirTemp("", "kl")
+	short := testguest.TempDir(t, "kl") // QEMU (uid 107) must traverse it
+	v := &vm{name: name, vmi: created, podUID: pod.UID, kubeletRoot: kubeletRoot, short: short, sockets: filepath.Join(short, "s")}
+	if err := os.MkdirAll(v.sockets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(v.hostSockets()), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// mountSockets makes the Pod's sockets volume as the kubelet does: a
+// directory under the kubelet root with the launcher's short sockets
+// directory bind-mounted on it (the host path is longer than a unix socket
+// path may be, as under /var/lib/kubelet).
+func (v *vm) mountSockets(t *testing.T) {
+	t.Helper()
+	host := v.hostSockets()
+	if err := os.Mkdir(host, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(v.sockets, host, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mounting %s on %s: %v", v.sockets, host, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(host, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", host, err)
+		}
+	})
+}
+
+// startLauncher runs kemu-launcher --vmi-uid=vmiUID on the VM's sockets
+// directory, started straight into cgroupDir (clone3 CLONE_INTO_CGROUP) as
+// the container runtime would start it in its Pod's cgroup. It logs every
+// RPC (-v 4).
+func (v *vm) startLauncher(t *testing.T, cgroupDir string, vmiUID types.UID) {
+	t.Helper()
+	cg, err := unix.Open(cgroupDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(short) })
-	sockets := filepath.Join(short, "s")
-	hostDir := launcherclient.SocketsDir(kubeletRoot, pod.UID)
-	if err := os.MkdirAll(filepath.Dir(hostDir), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(sockets, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(sockets, hostDir); err != nil {
-		t.Fatal(err)
-	}
-	v := &vm{name: name, vmi: created, podUID: pod.UID, sockets: sockets, exited: make(chan error, 1), log: &syncBuffer{}}
-	v.cmd = exec.Command(env.launcherBin, "--sockets-dir", sockets, "--runtime-dir", filepath.Join(short, "run"),
-		"--image-cache", env.imageCache, "--base-dir", env.repoRoot, "--accel", "tcg", "--pod-network=false", "-v", "2")
+	defer unix.Close(cg)
+	v.exited, v.log = make(chan error, 1), &syncBuffer{}
+	v.cmd = exec.Command(env.launcherBin, "--sockets-dir", v.sockets, "--runtime-dir", filepath.Join(v.short, "run"),
+		"--image-cache", env.imageCache, "--base-dir", env.repoRoot, "--accel", "tcg", "--pod-network=false",
+		"--vmi-uid", string(vmiUID), "-v", "4")
 	v.cmd.Stdout, v.cmd.Stderr = v.log, v.log
-	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: cg}
 	if err := v.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { v.exited <- v.cmd.Wait() }()
 	t.Cleanup(func() {
 		select {
-		case <-v.exited:
+		case err := <-v.exited:
+			v.exited <- err
 		default:
 			_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
-			<-v.exited
+			v.exited <- <-v.exited
 		}
 		if t.Failed() || os.Getenv("KEMU_TEST_LAUNCHER_LOG") != "" {
-			t.Logf("launcher %s log (tail):\n%s", name, tail(v.log.String(), 40))
+			t.Logf("launcher %s log (tail):\n%s", v.name, tail(v.log.String(), 40))
 		}
-		_ = vmis.Delete(context.Background(), name, metav1.DeleteOptions{})
-		if cur, err := vmis.Get(context.Background(), name, metav1.GetOptions{}); err == nil && len(cur.Finalizers) > 0 {
-			cur.Finalizers = nil
-			_, _ = vmis.Update(context.Background(), cur, metav1.UpdateOptions{})
-		}
-		_ = env.kube.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
-	return v
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		fi, err := os.Lstat(filepath.Join(v.sockets, launcherclient.Socket))
+		return err == nil && fi.Mode()&os.ModeSocket != 0, nil
+	})
+	if err != nil {
+		t.Fatalf("launcher %s never listened:\n%s", v.name, v.log.String())
+	}
 }
+
+// podCgroup is a Pod's container cgroup as the kubelet's cgroupfs driver
+// names it (kubepods/burstable/pod<uid>/<container>), under the tests'
+// cgroup.
+func podCgroup(t *testing.T, podUID types.UID) string {
+	t.Helper()
+	dir := filepath.Join(env.cgroups, "kubepods", "burstable", "pod"+string(podUID), "compute")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// removeCgroups removes a cgroup tree bottom up once its processes are
+// gone.
+func removeCgroups(base string) error {
+	var dirs []string
+	_ = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// rpcs lists the command-server methods a launcher's log (-v 4) shows
+// called, but for the Ping the launcher sends itself before it renames its
+// socket (launcher/cmdserver's readiness check).
+func (v *vm) rpcs() []string {
+	var out []string
+	for _, m := range rpcLine.FindAllStringSubmatch(v.log.String(), -1) {
+		if m[1] != "Ping" {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+var rpcLine = regexp.MustCompile(`"RPC(?: failed)?" method="/kemu\.launcher\.v1\.Launcher/(\w+)"`)
 
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -272,10 +413,10 @@ func yamlToJSON(y string, out any) error {
 	return json.Unmarshal(b, out)
 }
 
-// launcherDomain asks the launcher directly (as kemuctl shell would).
+// domain asks the launcher directly (verified, as the node agent would).
 func (v *vm) domain(t *testing.T, ctx context.Context) *rpc.Domain {
 	t.Helper()
-	c, _, err := launcherclient.Dial(ctx, filepath.Join(v.sockets, launcherclient.Socket))
+	c, _, err := launcherclient.Dial(ctx, v.target())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,4 +689,253 @@ func TestLauncherKilled(t *testing.T) {
 	if err != nil {
 		t.Errorf("QEMU %d outlived its launcher", pid)
 	}
+}
+
+// TestLauncherVerification: launcher Pods that point the node agent at
+// another VM's launcher (launcher.sock a symlink to its socket, the sockets
+// volume a symlink to its directory), a launcher of another VMI, and a
+// process of another Pod listening on a Pod's socket are refused: no
+// command reaches anyone, the other VM is untouched, each VMI gets the
+// LauncherUnverified condition and a Warning event, and the node agent
+// keeps reconciling the other VMIs. A real launcher that later takes the
+// place of a planted symlink is accepted.
+func TestLauncherVerification(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	kubeletRoot := t.TempDir()
+	startAgent(t, kubeletRoot)
+	victim := startVM(t, ctx, kubeletRoot, "victim")
+	waitVMI(t, ctx, victim.name, "Running", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue)
+	})
+	before := victim.domain(t, ctx)
+	victimSocket := launcherclient.SocketPath(kubeletRoot, victim.podUID)
+
+	// launcher.sock is a symlink to the victim's socket; the VMI asks for
+	// a pause, which would pause the victim if it got through.
+	link := createVM(t, ctx, kubeletRoot, "hostile-link", map[string]string{v1.VMIPausedAnnotation: "true"})
+	link.mountSockets(t)
+	if err := os.Symlink(victimSocket, filepath.Join(link.sockets, launcherclient.Socket)); err != nil {
+		t.Fatal(err)
+	}
+	// The whole sockets volume is a symlink to the victim's.
+	dirLink := createVM(t, ctx, kubeletRoot, "hostile-dir", map[string]string{v1.VMIPausedAnnotation: "true"})
+	if err := os.Symlink(victim.hostSockets(), dirLink.hostSockets()); err != nil {
+		t.Fatal(err)
+	}
+	// The Pod's own launcher, started for the victim's VMI.
+	wrongUID := createVM(t, ctx, kubeletRoot, "wrong-uid", nil)
+	wrongUID.mountSockets(t)
+	wrongUID.startLauncher(t, podCgroup(t, wrongUID.podUID), victim.vmi.UID)
+	// A launcher process of the victim's Pod listening on another Pod's
+	// socket.
+	foreign := createVM(t, ctx, kubeletRoot, "foreign-peer", nil)
+	foreign.mountSockets(t)
+	foreign.startLauncher(t, podCgroup(t, victim.podUID), foreign.vmi.UID)
+
+	for _, tc := range []struct {
+		v      *vm
+		reason string
+	}{
+		{link, launcherclient.ReasonSymlink},
+		{dirLink, launcherclient.ReasonSymlink},
+		{wrongUID, launcherclient.ReasonVMIUIDMismatch},
+		{foreign, launcherclient.ReasonPeerOutsidePod},
+	} {
+		vmi, _ := waitVMI(t, ctx, tc.v.name, "LauncherUnverified "+tc.reason, 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+			c := condition(vmi, v1.VirtualMachineInstanceLauncherUnverified)
+			return c != nil && c.Status == corev1.ConditionTrue && c.Reason == tc.reason
+		})
+		c := condition(vmi, v1.VirtualMachineInstanceLauncherUnverified)
+		t.Logf("%s: LauncherUnverified %s: %s", tc.v.name, c.Reason, c.Message)
+		if vmi.Status.Phase != v1.Scheduled {
+			t.Errorf("%s: phase %s, want Scheduled (waiting for a launcher that verifies)", tc.v.name, vmi.Status.Phase)
+		}
+		if strings.Contains(c.Message, string(victim.vmi.UID)) || strings.Contains(c.Message, string(victim.podUID)) {
+			t.Errorf("%s: the condition names the other VM: %s", tc.v.name, c.Message)
+		}
+		ev := waitEvent(t, ctx, tc.v.name, EventLauncherUnverified)
+		if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, tc.reason) {
+			t.Errorf("%s: event %s %q", tc.v.name, ev.Type, ev.Message)
+		}
+	}
+
+	// Deleting a hostile VMI would send Shutdown (then Kill) to a launcher
+	// it had connected to.
+	vmis := env.kemu.KemuV1alpha1().VirtualMachineInstances("default")
+	if err := vmis.Delete(ctx, dirLink.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Each refused socket is looked at again (every 5 × 200 ms): let every
+	// one be refused twice more, then the victim must be as it was.
+	waitRefusals(t, ctx, 8)
+	if d := victim.domain(t, ctx); d.GetState() != "Running" || d.GetQemuPid() != before.GetQemuPid() {
+		t.Errorf("the victim's domain changed: before %v, now %v", before, d)
+	}
+	for _, m := range victim.rpcs() {
+		switch m {
+		case "Pause", "Unpause", "Shutdown", "Kill", "Reset", "Qmp":
+			t.Errorf("the victim's launcher got %s", m)
+		}
+	}
+	if got := wrongUID.rpcs(); len(got) == 0 || slices.ContainsFunc(got, func(m string) bool { return m != "Info" }) {
+		t.Errorf("the launcher of another VMI got %v, want only Info", got)
+	}
+	if got := foreign.rpcs(); len(got) > 0 {
+		t.Errorf("the process outside the Pod got %v, want nothing", got)
+	}
+	if vmi, err := vmis.Get(ctx, victim.name, metav1.GetOptions{}); err != nil || vmi.Status.Phase != v1.Running ||
+		condition(vmi, v1.VirtualMachineInstanceLauncherUnverified) != nil || condition(vmi, v1.VirtualMachineInstancePaused) != nil {
+		t.Errorf("the victim's VMI changed: %v %+v", err, vmi.Status)
+	}
+
+	// The node agent goes on reconciling the victim: pause and unpause.
+	patchVMI(t, ctx, victim.name, `{"metadata":{"annotations":{"kemu.dev/paused":"true"}}}`)
+	waitVMI(t, ctx, victim.name, "Paused", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return condIs(vmi, v1.VirtualMachineInstancePaused, corev1.ConditionTrue)
+	})
+	patchVMI(t, ctx, victim.name, `{"metadata":{"annotations":{"kemu.dev/paused":null}}}`)
+	waitVMI(t, ctx, victim.name, "unpaused", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return condition(vmi, v1.VirtualMachineInstancePaused) == nil && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue)
+	})
+
+	// The Pod's real launcher replaces the planted symlink (it removes a
+	// stale launcher.sock when it starts): accepted, the VM runs, and the
+	// VMI's own pause request now reaches its own launcher.
+	link.startLauncher(t, podCgroup(t, link.podUID), link.vmi.UID)
+	vmi, _ := waitVMI(t, ctx, link.name, "Running once its own launcher answers", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running && condition(vmi, v1.VirtualMachineInstanceLauncherUnverified) == nil &&
+			condIs(vmi, v1.VirtualMachineInstancePaused, corev1.ConditionTrue)
+	})
+	if c := condition(vmi, v1.VirtualMachineInstanceReady); c == nil || c.Reason == ReasonLauncherUnverified {
+		t.Errorf("Ready %+v", c)
+	}
+	if ev := waitEvent(t, ctx, link.name, EventLauncherVerified); ev.Type != corev1.EventTypeNormal {
+		t.Errorf("event %+v", ev)
+	}
+	if d := victim.domain(t, ctx); d.GetState() != "Running" || d.GetQemuPid() != before.GetQemuPid() {
+		t.Errorf("the victim's domain changed: before %v, now %v", before, d)
+	}
+}
+
+// TestLauncherReplacedWhileRunning: a tenant with a shell in its running
+// launcher Pod replaces launcher.sock with a symlink to another VM's socket
+// and kills its launcher, so that the node agent's connection breaks and
+// would be re-established through the symlink. The node agent drops the
+// connection instead: the VMI is Ready False LauncherUnverified and keeps
+// its phase (its state is unknown, not over), and deleting it sends the
+// other VM nothing.
+func TestLauncherReplacedWhileRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kubeletRoot := t.TempDir()
+	startAgent(t, kubeletRoot)
+	victim := startVM(t, ctx, kubeletRoot, "victim2")
+	tenant := startVM(t, ctx, kubeletRoot, "tenant")
+	for _, v := range []*vm{victim, tenant} {
+		waitVMI(t, ctx, v.name, "Running", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+			return vmi.Status.Phase == v1.Running && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue)
+		})
+	}
+	before := victim.domain(t, ctx)
+	sock := filepath.Join(tenant.sockets, launcherclient.Socket)
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(launcherclient.SocketPath(kubeletRoot, victim.podUID), sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(-tenant.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	vmi, _ := waitVMI(t, ctx, tenant.name, "LauncherUnverified", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		c := condition(vmi, v1.VirtualMachineInstanceLauncherUnverified)
+		return c != nil && c.Reason == launcherclient.ReasonSymlink
+	})
+	if c := condition(vmi, v1.VirtualMachineInstanceReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonLauncherUnverified {
+		t.Errorf("Ready %+v, want False %s", c, ReasonLauncherUnverified)
+	}
+	if vmi.Status.Phase != v1.Running {
+		t.Errorf("phase %s, want Running (kept: the VM's state is unknown, not over)", vmi.Status.Phase)
+	}
+	waitEvent(t, ctx, tenant.name, EventLauncherUnverified)
+
+	// Deleting the tenant's VMI (Shutdown, then Kill, to a connected
+	// launcher) and asking for a pause reach nobody.
+	patchVMI(t, ctx, tenant.name, `{"metadata":{"annotations":{"kemu.dev/paused":"true"}}}`)
+	if err := env.kemu.KemuV1alpha1().VirtualMachineInstances("default").Delete(ctx, tenant.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRefusals(t, ctx, 3)
+	if d := victim.domain(t, ctx); d.GetState() != "Running" || d.GetQemuPid() != before.GetQemuPid() {
+		t.Errorf("the victim's domain changed: before %v, now %v", before, d)
+	}
+	for _, m := range victim.rpcs() {
+		switch m {
+		case "Pause", "Unpause", "Shutdown", "Kill", "Reset", "Qmp":
+			t.Errorf("the victim's launcher got %s", m)
+		}
+	}
+	waitVMI(t, ctx, victim.name, "still Running and Ready", 10*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue) &&
+			condition(vmi, v1.VirtualMachineInstancePaused) == nil
+	})
+}
+
+// waitRefusals waits until the node agent has refused launchers n more
+// times (kemu_nodeagent_launcher_connects_total{result="unverified"}).
+func waitRefusals(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	count := func() float64 {
+		mfs, err := Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "kemu_nodeagent_launcher_connects_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" && l.GetValue() == "unverified" {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	start := count()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return count() >= start+float64(n), nil
+	})
+	if err != nil {
+		t.Fatalf("the node agent did not refuse %d more launchers: %v", n, err)
+	}
+}
+
+// waitEvent polls for an event of reason on the VMI.
+func waitEvent(t *testing.T, ctx context.Context, name, reason string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := env.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil || len(l.Items) == 0 {
+			return false, nil
+		}
+		found = l.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: no %s event: %v", name, reason, err)
+	}
+	t.Logf("%s: event %s %s: %s", name, found.Type, found.Reason, found.Message)
+	// The API server's kemu-nodeagent-events policy admits only events of
+	// kemu-nodeagent on the agent's own node.
+	if found.Source.Component != EventComponent || found.Source.Host != testNode || found.ReportingInstance != testNode {
+		t.Errorf("%s: event source %+v, reporting instance %q; want %s on %s", name, found.Source, found.ReportingInstance,
+			EventComponent, testNode)
+	}
+	return found
 }
