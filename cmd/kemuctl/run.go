@@ -23,6 +23,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
+	"github.com/kemu-dev/kemu/qmp"
 )
 
 // Exit statuses of kemuctl run.
@@ -36,6 +37,7 @@ type runOptions struct {
 	dir, imageCache, accel, probeCache string
 	probeKernel, probeInitrd           string
 	console, waitAgent, noDeviceCgroup bool
+	allowRawQMP                        bool
 	timeout, agentTimeout              time.Duration
 	then                               []string
 	publish                            []string
@@ -59,6 +61,10 @@ oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry, cached.
 --then runs actions once the guest is up (after --wait-agent): pause, unpause,
 agent, shutdown, stop, sleep=DURATION.
 
+kemuctl shell on the printed launcher socket sends only read-only QMP
+commands (query-*) unless --allow-raw-qmp is given, which also keeps QEMU's
+second QMP socket for a debugging client.
+
 Exit status: 0 the guest powered off; 1 failed to start or crashed; 2 bad
 input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
 		Args: cobra.ExactArgs(1),
@@ -80,6 +86,7 @@ input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
 	f.StringSliceVar(&o.then, "then", nil, "actions after start: pause, unpause, agent, shutdown, stop, sleep=DURATION")
 	f.BoolVar(&o.noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (hosts without cgroup2)")
 	f.StringSliceVar(&o.publish, "publish", nil, "forward a host port to the guest: [ADDR:]HOSTPORT:GUESTPORT[/udp]")
+	f.BoolVar(&o.allowRawQMP, cmdserver.AllowRawQMPFlag, false, "debugging: let kemuctl shell send any QMP command and keep QEMU's second QMP socket (default: read-only commands, no second socket)")
 	return cmd
 }
 
@@ -123,10 +130,18 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 		}
 	}
 	cwd, _ := os.Getwd()
-	l, err := launcher.New(launcher.Config{
+	var l *launcher.Launcher
+	var hooks []func(context.Context, *qmp.Monitor) error
+	if !o.allowRawQMP {
+		hooks = append(hooks, func(ctx context.Context, m *qmp.Monitor) error {
+			return cmdserver.RemoveDebugQMP(ctx, m, l.DebugQMPSocket())
+		})
+	}
+	l, err = launcher.New(launcher.Config{
 		VMI: vmi, Dir: dir, ImageCache: o.imageCache, BaseDir: cwd, Accel: o.accel, NICs: nics,
 		KVMProbe:       kvm.Options{Kernel: o.probeKernel, Initrd: o.probeInitrd, CacheFile: o.probeCache},
 		NoDeviceCgroup: o.noDeviceCgroup,
+		Hooks:          hooks,
 	})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -168,11 +183,15 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	} else {
 		say("QEMU runs WITHOUT a device allowlist (--no-device-cgroup)")
 	}
-	say("debug QMP socket: %s; console log: %s", l.DebugQMPSocket(), l.ConsoleLog())
+	if o.allowRawQMP {
+		say("debug QMP socket: %s; console log: %s", l.DebugQMPSocket(), l.ConsoleLog())
+	} else {
+		say("console log: %s (no debug QMP socket without --%s)", l.ConsoleLog(), cmdserver.AllowRawQMPFlag)
+	}
 	// The command server, for kemuctl shell; its directory outlives the
 	// runtime directory (removed when the VM ends) until kemuctl exits.
 	sockDir := filepath.Clean(dir) + ".sockets"
-	srv := cmdserver.New(cmdserver.Options{SocketsDir: sockDir})
+	srv := cmdserver.New(cmdserver.Options{SocketsDir: sockDir, AllowRawQMP: o.allowRawQMP})
 	if err := srv.Attach(l); err == nil {
 		err = srv.Start(ctx)
 		if err != nil {

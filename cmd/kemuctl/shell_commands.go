@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -154,6 +155,9 @@ func (s *shell) stats(ctx context.Context, rest string) error {
 		if resp.GetBalloonActualBytes() > 0 {
 			fmt.Fprintf(w, "balloon: %s\n", bytesString(resp.GetBalloonActualBytes()))
 		}
+		if n := resp.GetGuestAgentLinesDropped(); n > 0 {
+			fmt.Fprintf(w, "guest agent: %d oversize lines dropped (connection reset each time)\n", n)
+		}
 	})
 }
 
@@ -247,6 +251,11 @@ func (s *shell) qmp(ctx context.Context, rest string) error {
 		return err
 	}
 	resp, err := s.client.Qmp(ctx, &rpc.QmpRequest{CommandJson: string(cmdJSON)})
+	if st, ok := status.FromError(err); ok && st.Code() == codes.PermissionDenied {
+		return usagef("qmp %s: refused by the launcher: %s\n"+
+			"  (pause, resume, reset, shutdown and kill are shell commands of their own; only a launcher started with --%s, as kemu-launcher or kemuctl run, passes any QMP command)",
+			name, st.Message(), cmdserver.AllowRawQMPFlag)
+	}
 	if err != nil {
 		return err
 	}

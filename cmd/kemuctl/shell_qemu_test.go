@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -87,9 +88,21 @@ func TestShellAgainstKemuctlRun(t *testing.T) {
 		}
 	}
 
-	text, err = shell("qmp no-such-command")
-	if err == nil || !strings.Contains(text, "error: qmp no-such-command: CommandNotFound") {
-		t.Errorf("qmp no-such-command: %v\n%s", err, text)
+	text, err = shell("qmp query-no-such-command")
+	if err == nil || !strings.Contains(text, "error: qmp query-no-such-command: CommandNotFound") {
+		t.Errorf("qmp query-no-such-command: %v\n%s", err, text)
+	}
+	// Without kemuctl run --allow-raw-qmp: only read-only commands pass,
+	// and QEMU's second QMP socket is gone.
+	text, err = shell("qmp stop")
+	if err == nil || !strings.Contains(text, `error: qmp stop: refused by the launcher: "stop" is not a read-only command: without --allow-raw-qmp`) {
+		t.Errorf("qmp stop: %v\n%s", err, text)
+	}
+	if text, err := shell("status"); err != nil || !strings.Contains(text, "state:    Running") {
+		t.Errorf("after a refused stop: %v\n%s", err, text)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run", "qmp-debug.sock")); !os.IsNotExist(err) {
+		t.Errorf("the debug QMP socket exists without --allow-raw-qmp: %v", err)
 	}
 
 	// kill ends QEMU and so kemuctl run.

@@ -114,11 +114,12 @@ func (f *fakeLauncher) Shutdown(_ context.Context, req *rpc.ShutdownRequest) (*r
 func (f *fakeLauncher) GetStats(context.Context, *rpc.Empty) (*rpc.StatsResponse, error) {
 	f.record("GetStats")
 	return &rpc.StatsResponse{
-		Vcpus:              []*rpc.VCPU{{Index: 0, ThreadId: 77, CpuTimeNanos: int64(1500 * time.Millisecond)}},
-		Blocks:             []*rpc.BlockStat{{Device: "disk0", RdBytes: 3 << 20, RdOperations: 12}},
-		BalloonActualBytes: 512 << 20,
-		QemuCpuTimeNanos:   int64(2 * time.Second),
-		QemuRssBytes:       140 << 20,
+		Vcpus:                  []*rpc.VCPU{{Index: 0, ThreadId: 77, CpuTimeNanos: int64(1500 * time.Millisecond)}},
+		Blocks:                 []*rpc.BlockStat{{Device: "disk0", RdBytes: 3 << 20, RdOperations: 12}},
+		BalloonActualBytes:     512 << 20,
+		QemuCpuTimeNanos:       int64(2 * time.Second),
+		QemuRssBytes:           140 << 20,
+		GuestAgentLinesDropped: 3,
 	}, nil
 }
 
@@ -262,7 +263,8 @@ func TestShellCommands(t *testing.T) {
 			calls: []string{"Shutdown 60"}},
 		{name: "shutdown bad grace", args: []string{"-c", "shutdown soon"}, code: 1, stderr: []string{`grace period "soon"`}},
 		{name: "stats", args: []string{"-c", "stats"},
-			stdout: []string{"qemu: cpu time 2s, resident 140.0 MiB", "vcpu 0: thread 77, cpu time 1.5s", "block disk0: read 3.0 MiB in 12 ops", "balloon: 512.0 MiB"}},
+			stdout: []string{"qemu: cpu time 2s, resident 140.0 MiB", "vcpu 0: thread 77, cpu time 1.5s", "block disk0: read 3.0 MiB in 12 ops", "balloon: 512.0 MiB",
+				"guest agent: 3 oversize lines dropped"}},
 		{name: "agent", args: []string{"-c", "agent ping; agent info"},
 			stdout: []string{"agent: ok", "hostname:  testguest", "os:        Test Linux", "interface: eth0 52:54:00:00:00:01 10.0.2.2/24"}},
 		{name: "agent without subcommand", args: []string{"-c", "agent"}, code: 1, stderr: []string{"usage: agent ping|info"}},

@@ -59,13 +59,13 @@ func CheckRawQMP(commandJSON string, allowRaw bool) (name string, err error) {
 	}
 	for k := range obj {
 		if !slices.Contains(rawQMPMembers, k) {
-			return name, status.Errorf(codes.PermissionDenied, "qmp %s: member %q refused: the launcher passes only %s without --%s",
-				name, k, strings.Join(rawQMPMembers, ", "), AllowRawQMPFlag)
+			return name, status.Errorf(codes.PermissionDenied, "%q with member %q: without --%s the launcher passes only the members %s",
+				name, k, AllowRawQMPFlag, strings.Join(rawQMPMembers, ", "))
 		}
 	}
 	if !ReadOnlyQMP(name) {
 		return name, status.Errorf(codes.PermissionDenied,
-			"qmp %s refused: without --%s the launcher passes only read-only commands (query-*, %s); use the launcher's own RPCs (pause, reset, ...) to change the VM",
+			"%q is not a read-only command: without --%s the launcher passes only query-*, %s; change the VM with the launcher's own RPCs (Pause, Reset, Shutdown, ...)",
 			name, AllowRawQMPFlag, strings.Join(readOnlyQMP, ", "))
 	}
 	return name, nil

@@ -25,7 +25,7 @@ func TestCheckRawQMP(t *testing.T) {
 		{name: "unknown query passes (QEMU answers CommandNotFound)", cmd: `{"execute":"query-no-such"}`, want: "query-no-such"},
 		{name: "qom-list", cmd: `{"execute":"qom-list","arguments":{"path":"/"}}`, want: "qom-list"},
 		{name: "stop refused", cmd: `{"execute":"stop"}`, want: "stop", code: codes.PermissionDenied,
-			msg: []string{"qmp stop refused", "--allow-raw-qmp", "query-*"}},
+			msg: []string{`"stop" is not a read-only command`, "--allow-raw-qmp", "query-*"}},
 		{name: "HMP refused", cmd: `{"execute":"human-monitor-command","arguments":{"command-line":"info status"}}`,
 			want: "human-monitor-command", code: codes.PermissionDenied, msg: []string{"human-monitor-command", "--allow-raw-qmp"}},
 		{name: "qom-get refused", cmd: `{"execute":"qom-get","arguments":{"path":"/","property":"type"}}`, want: "qom-get", code: codes.PermissionDenied},
