@@ -171,7 +171,7 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 			Bridge:       BridgeName(podIface),
 			Tap:          TapName(podIface),
 			Queues:       1,
-			Hostname:     vmi.Name,
+			Hostname:     v1.DeriveHostname(vmi.Name), // as the Pod's and cloud-init's
 			NetworkPath:  np,
 			IfacePath:    ip,
 		}

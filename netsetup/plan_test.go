@@ -43,6 +43,13 @@ func TestPlan(t *testing.T) {
 				t.Errorf("hostname %q resolv.conf %q", pi.Hostname, p.ResolvConf)
 			}
 		}},
+		{name: "dotted and long VMI names: the DHCP host name is the Pod's", mut: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Name = strings.Repeat("w", 70) + ".example.com"
+		}, check: func(t *testing.T, p *Plan) {
+			if h := p.Interfaces[0].Hostname; h != strings.Repeat("w", 63) {
+				t.Errorf("hostname %q", h)
+			}
+		}},
 		{name: "custom CIDR, MAC, ports, pod interface", opts: Options{PodInterface: "net1"}, mut: func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Networks[0].Pod.VMNetworkCIDR = "192.168.7.128/25"
 			vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:AA:bb:cc:dd:ee"

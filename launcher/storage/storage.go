@@ -18,7 +18,8 @@
 //     file <PVCRoot>/<claimName>/disk.img; readOnly from the claim.
 //   - cloudInitNoCloud: a "cidata" ISO at <Dir>/<volume>-cidata.iso with
 //     instance-id = the VMI's UID (else <namespace>.<name>, namespace
-//     "default" when empty) and local-hostname = the VMI's name; read-only.
+//     "default" when empty) and local-hostname = v1alpha1.DeriveHostname
+//     (the VMI's name up to its first dot, at most 63); read-only.
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
 //
@@ -535,7 +536,8 @@ func InstanceID(vmi *v1alpha1.VirtualMachineInstance) string {
 }
 
 func (pr *preparer) cloudInit(v *v1alpha1.Volume, field string) (Volume, error) {
-	data, err := cloudinit.Resolve(v.CloudInitNoCloud, pr.opts.SecretsDir, InstanceID(pr.vmi), pr.vmi.Name)
+	// local-hostname: the host name the launcher Pod and the DHCP lease give too.
+	data, err := cloudinit.Resolve(v.CloudInitNoCloud, pr.opts.SecretsDir, InstanceID(pr.vmi), v1alpha1.DeriveHostname(pr.vmi.Name))
 	if err != nil {
 		var fe *cloudinit.FieldError
 		if errors.As(err, &fe) {

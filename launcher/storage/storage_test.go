@@ -639,6 +639,30 @@ func TestPrepareNoVolumes(t *testing.T) {
 	}
 }
 
+// A VMI name that is no host name (dots, more than 63 characters) gives
+// cloud-init the launcher Pod's host name (v1alpha1.DeriveHostname).
+func TestCloudInitHostname(t *testing.T) {
+	for name, want := range map[string]string{
+		"vm1":                                 "vm1",
+		"web.example.com":                     "web",
+		strings.Repeat("l", 100) + ".example": strings.Repeat("l", 63),
+	} {
+		vmi := vmiWith(v1alpha1.Volume{Name: "ci", CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config\n"}})
+		vmi.Name, vmi.UID = name, "6a1f3c2e-1b2d-4e5f-8a9b-0c1d2e3f4a5b"
+		p, err := Prepare(context.Background(), vmi, Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := isoFiles(t, p.Volumes["ci"].Path)
+		if files["meta-data"] != "instance-id: 6a1f3c2e-1b2d-4e5f-8a9b-0c1d2e3f4a5b\nlocal-hostname: "+want+"\n" {
+			t.Errorf("VMI %q: meta-data %q, want local-hostname %q", name, files["meta-data"], want)
+		}
+		if err := p.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestInstanceID(t *testing.T) {
 	vmi := vmiWith()
 	if got := InstanceID(vmi); got != "ns1.vm1" {

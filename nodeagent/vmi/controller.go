@@ -270,8 +270,17 @@ func (c *Controller) enqueuePod(obj any) {
 		obj = t.Obj
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Labels[vmiNameLabel] == "" {
+	if !ok {
 		return
 	}
-	c.queue.Add(pod.Namespace + "/" + pod.Labels[vmiNameLabel])
+	// The VMI's name comes from the Pod's controller reference: the
+	// vmi-name label is cut and hashed for a name that is no label value
+	// (controller/template.VMINameLabelValue).
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "VirtualMachineInstance" && ref.APIVersion == v1.SchemeGroupVersion.String() {
+		c.queue.Add(pod.Namespace + "/" + ref.Name)
+		return
+	}
+	if name := pod.Labels[vmiNameLabel]; name != "" {
+		c.queue.Add(pod.Namespace + "/" + name)
+	}
 }
