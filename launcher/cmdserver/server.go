@@ -388,18 +388,18 @@ func (s *Server) Abandon(ctx context.Context) (launcher.Domain, bool, error) {
 		s.cancelStart()
 	}
 	s.mu.Unlock()
-	synced := make(chan struct{})
+	synced := make(chan *launcher.Launcher, 1)
 	go func() {
-		s.syncMu.Lock() // a Sync under way has returned
-		s.syncMu.Unlock()
-		close(synced)
+		s.syncMu.Lock() // once a Sync under way has returned
+		defer s.syncMu.Unlock()
+		synced <- s.Launcher()
 	}()
+	var l *launcher.Launcher
 	select {
-	case <-synced:
+	case l = <-synced:
 	case <-ctx.Done():
 		return launcher.Domain{}, false, fmt.Errorf("cmdserver: waiting for the start under way: %w", ctx.Err())
 	}
-	l := s.Launcher()
 	if l == nil {
 		return launcher.Domain{}, false, nil
 	}
