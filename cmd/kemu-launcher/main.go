@@ -37,6 +37,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup"
 )
 
@@ -118,9 +119,11 @@ func run() int {
 		runtimeDir = abs
 	}
 
+	// QEMU's user owns its taps (launcher/unpriv).
+	qemuID := unpriv.ForQEMU(os.Geteuid())
 	var podNet *netsetup.Options
 	if podNetwork {
-		podNet = &netsetup.Options{PodInterface: podInterface, ResolvConf: resolvConf, TapUID: os.Getuid(), TapGID: os.Getgid()}
+		podNet = &netsetup.Options{PodInterface: podInterface, ResolvConf: resolvConf, TapUID: qemuID.UID, TapGID: qemuID.GID}
 	}
 	srv := cmdserver.New(cmdserver.Options{
 		SocketsDir: socketsDir, GracePeriod: grace, Version: version, VMIUID: types.UID(vmiUID),
@@ -172,6 +175,12 @@ func run() int {
 		return 3
 	}
 	l := srv.Launcher()
+	// Setup is over: keep only what stopping the VM needs (docs/deploy.md).
+	if err := unpriv.DropLauncherCapabilities(qemuID, unpriv.LauncherKeeps...); err != nil {
+		klog.ErrorS(err, "Dropping the launcher's capabilities; killing the VM")
+		_, _ = l.Kill(ctx)
+		return 1
+	}
 	final := make(chan launcher.Domain, 1)
 	go func() {
 		d, _ := l.Wait(ctx)
