@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/devices/deviceplugin"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
@@ -61,11 +62,18 @@ func run() int {
 	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
 	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz and /metrics (empty: none)")
 	fs.IntVar(&workers, "vmi-workers", 2, "VMIs reconciled in parallel")
+	var hostDiskDirsFlag string
+	fs.StringVar(&hostDiskDirsFlag, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); each VMI's hostDisks are checked on the host before its VM starts")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
 	defer klog.Flush()
+	hostDiskDirs, err := validation.ParseHostDiskDirs(hostDiskDirsFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kemu-nodeagent: --host-disk-dirs:", err)
+		return 2
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "kemu-nodeagent: unexpected arguments %v\n", fs.Args())
 		return 2
@@ -110,7 +118,7 @@ func run() int {
 		return 2
 	}
 	defer stopRecorder()
-	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot,
+	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs,
 		Recorder: recorder})
 	if err != nil {
 		klog.ErrorS(err, "VMI controller")

@@ -99,6 +99,10 @@ type Config struct {
 	SocketPoll         time.Duration
 	GuestInfoInterval  time.Duration
 	AgentProbeInterval time.Duration
+	// HostDiskDirs are the node directories hostDisks may live under
+	// (kemu-config hostDiskDirs); a VMI's hostDisks are checked on the host
+	// before its launcher may start QEMU (nodeagent/hostdisk).
+	HostDiskDirs []string
 }
 
 // Controller is the node agent's VMI controller.

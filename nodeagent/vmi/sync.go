@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
 )
 
@@ -294,6 +295,17 @@ func (c *Controller) ensureSynced(ctx context.Context, st *vmiState, vmi *v1.Vir
 	st.syncing = true
 	st.mu.Unlock()
 	logger := klog.FromContext(ctx)
+	// The hostDisks the kubelet mounted must be the files beneath the
+	// allowed directories, reached without symlinks: else QEMU never starts.
+	if errs := hostdisk.Check(hostdisk.HostRoot, fmt.Sprintf("/proc/%d/root", st.client.PeerPID()), c.cfg.HostDiskDirs, vmi); len(errs) > 0 {
+		msg := errs.ToAggregate().Error()
+		logger.Error(errs.ToAggregate(), "Refusing the VMI's hostDisks: no Sync")
+		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, EventHostDiskRefused, "Not starting the VM: %s", msg)
+		st.mu.Lock()
+		st.syncing, st.syncedGen, st.synced, st.syncErr = false, vmi.Generation, false, msg
+		st.mu.Unlock()
+		return
+	}
 	b, err := vmiJSON(vmi)
 	if err != nil {
 		st.mu.Lock()

@@ -24,6 +24,9 @@ const (
 	// answers after one.
 	EventLauncherUnverified = "LauncherUnverified"
 	EventLauncherVerified   = "LauncherVerified"
+	// EventHostDiskRefused (Warning): a hostDisk the launcher Pod mounted is
+	// not the file beneath an allowed directory; the VM is not started.
+	EventHostDiskRefused = "HostDiskRefused"
 	// unverifiedRecheck × SocketPoll is how often a refused socket is
 	// looked at again.
 	unverifiedRecheck = 5
