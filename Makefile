@@ -11,7 +11,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -X main.version=$(VERSION)
 COMMANDS   := $(notdir $(wildcard cmd/*))
 
-.PHONY: build deps generate verify-generated lint test unit testguest k8s images demo bench clean
+.PHONY: build deps generate verify-generated lint test unit fuzz testguest k8s images demo bench clean
 
 ## build: every binary into _out/bin
 build:
@@ -49,9 +49,19 @@ images: testguest
 k8s: deps
 	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet
 
-## test: lint, generated-file check, and every test suite (unit, QEMU, cluster)
-test: lint verify-generated testguest k8s images
+## test: lint, generated-file check, the fuzz targets, and every test suite (unit, QEMU, cluster)
+test: lint verify-generated fuzz testguest k8s images
 	$(GO) test -race -count=1 -timeout 40m -tags '$(TEST_TAGS)' ./...
+
+## fuzz: each fuzz target for FUZZTIME: manifest -> validation -> QEMU argv (Go fuzzes one target per run);
+## a failing input is written to the package's testdata/fuzz/<target>/, which every go test replays
+FUZZTIME     ?= 15s
+FUZZ_TARGETS := ./api/manifest:FuzzRead ./launcher/cmdline:FuzzArgv ./launcher/cmdline:FuzzManifestArgv
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
 
 ## unit: only the tests that need nothing but Go
 unit:
