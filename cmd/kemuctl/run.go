@@ -125,7 +125,7 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	}
 	dir := o.dir
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", "kemu-"+vmi.Name+"-"); err != nil {
+		if dir, err = newRunDir(vmi.Name); err != nil {
 			return err
 		}
 	}
@@ -407,6 +407,20 @@ func readVMI(file string, stdin io.Reader) (*v1.VirtualMachineInstance, error) {
 		vmis[0].Namespace = "default"
 	}
 	return vmis[0], nil
+}
+
+// maxRunDirName is how much of the VMI's name the run directory's name
+// takes: /tmp/kemu-<32>-<10 digits>/qmp-debug.sock is 74 bytes, within a
+// unix socket path's 107.
+const maxRunDirName = 32
+
+// newRunDir makes the runtime directory of a VMI named name under the
+// temporary directory, named after its host name, cut: a VMI name may have
+// 253 characters, a file name 255, and the QMP and console sockets in the
+// directory must fit in sun_path.
+func newRunDir(name string) (string, error) {
+	host := v1.DeriveHostname(name)
+	return os.MkdirTemp("", "kemu-"+host[:min(len(host), maxRunDirName)]+"-")
 }
 
 // standaloneNICs maps the VMI's pod network to QEMU user networking.
