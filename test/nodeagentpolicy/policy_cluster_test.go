@@ -26,20 +26,16 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
-	kemuscheme "github.com/kemu-dev/kemu/api/client/clientset/versioned/scheme"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
+	nodeagentvmi "github.com/kemu-dev/kemu/nodeagent/vmi"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -52,8 +48,8 @@ const (
 	tenant = "tenant"
 	// nodeA and nodeB are Node objects without kubelets.
 	nodeA, nodeB = "node-a", "node-b"
-	// component is the event source the policy admits from a node agent.
-	component = "kemu-nodeagent"
+	// component is the node agent's event source, which the policy admits.
+	component = nodeagentvmi.EventComponent
 	// nodeNameKey is the user extra kube-apiserver fills from a Pod-bound
 	// token's node claim (k8s.io/apiserver/pkg/authentication/serviceaccount.NodeNameKey).
 	nodeNameKey = "authentication.kubernetes.io/node-name"
@@ -217,16 +213,14 @@ func updateStatus(ctx context.Context, cl client, name string, change func(*v1.V
 	return err
 }
 
-// synced is a node agent status change as nodeagent/vmi.ApplyStatus makes
-// it after a successful Sync: the Synchronized condition (its probe time
-// moves, so every call writes).
+// synced is a real node agent status change: nodeagent/vmi.ApplyStatus
+// after a successful Sync (the Synchronized condition, dropped first so
+// that every call writes).
 func synced(vmi *v1.VirtualMachineInstance) {
 	vmi.Status.Conditions = slices.DeleteFunc(vmi.Status.Conditions, func(c v1.VirtualMachineInstanceCondition) bool {
 		return c.Type == v1.VirtualMachineInstanceSynchronized
 	})
-	now := metav1.Now()
-	vmi.Status.Conditions = append(vmi.Status.Conditions, v1.VirtualMachineInstanceCondition{
-		Type: v1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now})
+	nodeagentvmi.ApplyStatus(vmi, nodeagentvmi.Observation{Synced: true, Now: metav1.Now()})
 }
 
 // softRebootDone is the node agent's other VMI write: the acknowledgement
@@ -780,23 +774,17 @@ func TestNodeAgentPolicy(t *testing.T) {
 		}
 	})
 
-	// client-go's recorder, as the node agent would use it (source
-	// kemu-nodeagent on its node): the event is created, and its repeat is
-	// a patch of the count. Both pass.
+	// The node agent's recorder (nodeagent/vmi.NewRecorder, client-go's
+	// tools/record): the event is created, and its repeat is a patch of
+	// the count. Both pass.
 	t.Run("recorder", func(t *testing.T) {
-		s := runtime.NewScheme()
-		if err := scheme.AddToScheme(s); err != nil {
+		rec, stop, err := nodeagentvmi.NewRecorder(ctx, agentA.kube, nodeA)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := kemuscheme.AddToScheme(s); err != nil {
-			t.Fatal(err)
-		}
-		b := record.NewBroadcaster(record.WithContext(ctx))
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: agentA.kube.CoreV1().Events("")})
-		defer b.Shutdown()
-		rec := b.NewRecorder(s, corev1.EventSource{Component: component, Host: nodeA})
+		defer stop()
 		rec.Event(vmis["vmi-a"], corev1.EventTypeNormal, "RecorderTest", "first")
-		err := cluster.Poll(ctx, func() error {
+		err = cluster.Poll(ctx, func() error {
 			l, err := admin.CoreV1().Events(tenant).List(ctx, metav1.ListOptions{FieldSelector: "reason=RecorderTest"})
 			if err != nil || len(l.Items) != 1 {
 				return fmt.Errorf("events %v %v", l, err)
