@@ -473,7 +473,9 @@ func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 		}
 	}
 	removeStaleDeviceCgroups()
-	name := fmt.Sprintf("%s%s-%s-%d-%d", deviceCgroupPrefix, l.vmi.Namespace, l.vmi.Name, os.Getpid(), cgroupSeq.Add(1))
+	// The VMI's host name (at most 63 bytes) keeps the name within a file
+	// name's 255 bytes for a VMI name of any length.
+	name := fmt.Sprintf("%s%s-%s-%d-%d", deviceCgroupPrefix, l.vmi.Namespace, v1.DeriveHostname(l.vmi.Name), os.Getpid(), cgroupSeq.Add(1))
 	if l.cgroup, err = cgroup.Create("", name, allow); err != nil {
 		return 0, fmt.Errorf("launcher: QEMU's device cgroup (run without it only with the explicit opt-out): %w", err)
 	}

@@ -59,7 +59,7 @@ func ValidateHostDisks(vmi *v1.VirtualMachineInstance, allowed []string) field.E
 		case len(allowed) == 0:
 			errs = append(errs, field.Forbidden(p, fmt.Sprintf("hostDisks are not allowed on this cluster (kemu-config %s names no directory)", HostDiskDirsKey)))
 		case path.Clean(hd.Path) != hd.Path:
-			errs = append(errs, field.Invalid(p, hd.Path, "must be a clean absolute path (no '.', '..', '//' or trailing '/')"))
+			errs = append(errs, field.Invalid(p, hd.Path, fmt.Sprintf("must be a clean absolute path (no '.', '..', '//' or trailing '/') beneath a directory kemu-config %s allows", HostDiskDirsKey)))
 		default:
 			if _, ok := HostDiskRoot(hd.Path, allowed); !ok {
 				errs = append(errs, field.Forbidden(p, fmt.Sprintf("%q is not beneath a directory kemu-config %s allows (%s)", hd.Path, HostDiskDirsKey, strings.Join(allowed, ", "))))

@@ -36,6 +36,7 @@ import (
 	"github.com/kemu-dev/kemu/devices/deviceplugin"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
+	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 	"github.com/kemu-dev/kemu/nodeagent/vmi"
 )
 
@@ -62,7 +63,8 @@ func run() int {
 	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
 	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz and /metrics (empty: none)")
 	fs.IntVar(&workers, "vmi-workers", 2, "VMIs reconciled in parallel")
-	var hostDiskDirsFlag string
+	var hostDiskDirsFlag, hostRoot string
+	fs.StringVar(&hostRoot, "host-root", hostdisk.DefaultHostRoot, "the host's / as this process sees it (hostDisks are resolved there)")
 	fs.StringVar(&hostDiskDirsFlag, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); each VMI's hostDisks are checked on the host before its VM starts")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -118,7 +120,7 @@ func run() int {
 		return 2
 	}
 	defer stopRecorder()
-	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs,
+	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs, HostRoot: hostRoot,
 		Recorder: recorder})
 	if err != nil {
 		klog.ErrorS(err, "VMI controller")

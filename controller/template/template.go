@@ -227,7 +227,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 			// runc refuses a capability missing from the host's bounding
 			// set. allowPrivilegeEscalation cannot be false beside
 			// SYS_ADMIN (the API server refuses the pair).
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: LauncherCapabilities},
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: LauncherCapabilities},
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

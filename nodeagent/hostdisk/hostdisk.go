@@ -24,9 +24,9 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 )
 
-// HostRoot is the host's root seen from a node agent in the host PID
-// namespace.
-const HostRoot = "/proc/1/root"
+// DefaultHostRoot is the host's root for a node agent running on the host;
+// in its DaemonSet the host's / is mounted read-only at /host (--host-root).
+const DefaultHostRoot = "/"
 
 // Check returns one error per hostDisk of vmi whose file (Disk) or allowed
 // directory (DiskOrCreate) mounted in the launcher's container — seen under

@@ -51,8 +51,8 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-
 	"github.com/kemu-dev/kemu/controller/worker"
+	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 )
 
 // Launcher Pod labels (controller/template; the node agent does not import
@@ -103,6 +103,8 @@ type Config struct {
 	// (kemu-config hostDiskDirs); a VMI's hostDisks are checked on the host
 	// before its launcher may start QEMU (nodeagent/hostdisk).
 	HostDiskDirs []string
+	// HostRoot is the host's / as this process sees it (default "/").
+	HostRoot string
 }
 
 // Controller is the node agent's VMI controller.
@@ -148,6 +150,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.AgentProbeInterval <= 0 {
 		cfg.AgentProbeInterval = DefaultAgentProbeInterval
+	}
+	if cfg.HostRoot == "" {
+		cfg.HostRoot = hostdisk.DefaultHostRoot
 	}
 	return &Controller{
 		cfg: cfg,

@@ -297,7 +297,7 @@ func (c *Controller) ensureSynced(ctx context.Context, st *vmiState, vmi *v1.Vir
 	logger := klog.FromContext(ctx)
 	// The hostDisks the kubelet mounted must be the files beneath the
 	// allowed directories, reached without symlinks: else QEMU never starts.
-	if errs := hostdisk.Check(hostdisk.HostRoot, fmt.Sprintf("/proc/%d/root", st.client.PeerPID()), c.cfg.HostDiskDirs, vmi); len(errs) > 0 {
+	if errs := hostdisk.Check(c.cfg.HostRoot, fmt.Sprintf("/proc/%d/root", st.client.PeerPID()), c.cfg.HostDiskDirs, vmi); len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		logger.Error(errs.ToAggregate(), "Refusing the VMI's hostDisks: no Sync")
 		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, EventHostDiskRefused, "Not starting the VM: %s", msg)

@@ -47,6 +47,7 @@ type env struct {
 	kemuctl    string // the kemuctl binary built from ./cmd/kemuctl
 	overlay    string // the kustomization applied (deploy/ + the test node's patches)
 	healthPort int    // the node agent's --health-addr port (host network)
+	hostDisks  string // the node directory kemu-config hostDiskDirs allows
 	setupTook  time.Duration
 }
 
@@ -232,13 +233,18 @@ func setup(ctx context.Context) (*env, error) {
 // because test/cluster runs no kube-proxy and its apiserver listens on
 // 127.0.0.1 only — the controller and the node agent in the host network,
 // pointed at the apiserver with KUBERNETES_SERVICE_HOST/PORT, on free ports
-// (as test/deploy does). A real cluster needs none of this.
+// (as test/deploy does). A real cluster needs none of this. kemu-config
+// allows hostDisks below <cluster dir>/hostdisks (TestHostileTenant).
 func (ev *env) writeOverlay() error {
 	dir, err := os.MkdirTemp("", "kemu-e2e-overlay")
 	if err != nil {
 		return err
 	}
-	ports, err := deploytest.Overlay(dir, ev.c, "")
+	ev.hostDisks = filepath.Join(ev.c.Dir, "hostdisks")
+	if err := os.MkdirAll(ev.hostDisks, 0o755); err != nil {
+		return err
+	}
+	ports, err := deploytest.OverlayWith(dir, ev.c, "", deploytest.Config{HostDiskDirs: ev.hostDisks})
 	ev.overlay, ev.healthPort = dir, ports.Health
 	return err
 }
