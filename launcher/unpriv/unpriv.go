@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 )
 
 // QEMU's identity when the launcher runs as root (KubeVirt's qemu user and
@@ -174,14 +173,6 @@ func (s Status) Unprivileged(id Identity) error {
 		return fmt.Errorf("not unprivileged: %s", strings.Join(bad, " "))
 	}
 	return nil
-}
-
-// errno turns a raw syscall result into an error.
-func errno(e syscall.Errno) error {
-	if e == 0 {
-		return nil
-	}
-	return e
 }
 
 // lastCap is the highest capability the kernel knows.
