@@ -32,6 +32,12 @@ var eventScheme = sync.OnceValues(func() (*runtime.Scheme, error) {
 // logging them at verbosity 4) and the function that stops it, flushing
 // nothing further.
 func NewRecorder(ctx context.Context, kube kubernetes.Interface, component string) (record.EventRecorder, func(), error) {
+	return NewRecorderFor(ctx, kube, corev1.EventSource{Component: component})
+}
+
+// NewRecorderFor is NewRecorder with a whole event source (a node agent
+// names its node as the source's host).
+func NewRecorderFor(ctx context.Context, kube kubernetes.Interface, source corev1.EventSource) (record.EventRecorder, func(), error) {
 	s, err := eventScheme()
 	if err != nil {
 		return nil, nil, err
@@ -39,5 +45,5 @@ func NewRecorder(ctx context.Context, kube kubernetes.Interface, component strin
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartStructuredLogging(4)
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return b.NewRecorder(s, corev1.EventSource{Component: component}), b.Shutdown, nil
+	return b.NewRecorder(s, source), b.Shutdown, nil
 }
