@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
 
@@ -96,6 +97,14 @@ func gone(pid int) bool {
 // exits 0 and leaves nothing behind.
 func TestRunSIGTERMShutsDownGracefully(t *testing.T) {
 	cmd, sc, pid, dir := kemuctlRun(t)
+	// kemuctl run as root: QEMU all the same as 107:107 with nothing.
+	st, err := unpriv.ReadStatus(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Unprivileged(unpriv.Identity{UID: unpriv.UID, GID: unpriv.GID}); err != nil || st.CapEff != 0 || st.CapBnd != 0 {
+		t.Errorf("QEMU of kemuctl run: %v (CapEff %x CapBnd %x)", err, st.CapEff, st.CapBnd)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
