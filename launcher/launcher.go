@@ -330,7 +330,7 @@ func (l *Launcher) exec(accel string, vhostNet bool) error {
 	}
 	// QEMU's sockets: group-only (the runtime directory is root:QEMU 0770;
 	// the launcher reaches them as a member of QEMU's group, see
-	// unpriv.DropLauncherCapabilities).
+	// dropcaps.Launcher).
 	cmd, err := unpriv.Command(unpriv.Spec{Identity: id, Umask: 0o007, SELinuxLabel: l.label.Process}, l.cfg.QEMU, l.argv...)
 	if err != nil {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)

@@ -36,6 +36,7 @@ import (
 
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/launcher/dropcaps"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup"
@@ -176,7 +177,7 @@ func run() int {
 	}
 	l := srv.Launcher()
 	// Setup is over: keep only what stopping the VM needs (docs/deploy.md).
-	if err := unpriv.DropLauncherCapabilities(qemuID, unpriv.LauncherKeeps...); err != nil {
+	if err := dropcaps.Launcher(qemuID, dropcaps.Keep...); err != nil {
 		klog.ErrorS(err, "Dropping the launcher's capabilities; killing the VM")
 		_, _ = l.Kill(ctx)
 		return 1

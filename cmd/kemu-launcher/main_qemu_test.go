@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kemu-dev/kemu/devices/cgroup"
+	"github.com/kemu-dev/kemu/launcher/dropcaps"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup/netsetuptest"
@@ -118,7 +119,7 @@ spec:
 		t.Errorf("QEMU: %v (CapBnd %x)", err, qs.CapBnd)
 	}
 	var keep uint64
-	for _, c := range unpriv.LauncherKeeps {
+	for _, c := range dropcaps.Keep {
 		keep |= 1 << uint(c)
 	}
 	deadline := time.Now().Add(time.Minute) // the drop follows the start

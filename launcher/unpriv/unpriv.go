@@ -102,10 +102,11 @@ type Status struct {
 
 // ReadStatus parses /proc/<pid>/status.
 func ReadStatus(pid int) (Status, error) {
-	return readStatusFile(fmt.Sprintf("/proc/%d/status", pid))
+	return ReadStatusFile(fmt.Sprintf("/proc/%d/status", pid))
 }
 
-func readStatusFile(path string) (Status, error) {
+// ReadStatusFile parses a copy of a /proc/<pid>/status.
+func ReadStatusFile(path string) (Status, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Status{}, err

@@ -4,30 +4,12 @@ package unpriv
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 )
-
-// dropEnv makes this test binary a launcher that drops its capabilities
-// and prints its status (TestDropLauncherCapabilities).
-const dropEnv = "UNPRIV_TEST_DROP"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(dropEnv) == "1" {
-		if err := DropLauncherCapabilities(Identity{UID: UID, GID: GID}, LauncherKeeps...); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		b, _ := os.ReadFile("/proc/self/status")
-		os.Stdout.Write(b)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 func requireRoot(t *testing.T) {
 	t.Helper()
@@ -45,7 +27,7 @@ func parse(t *testing.T, out []byte) Status {
 	}
 	f.Write(out)
 	f.Close()
-	s, err := readStatusFile(f.Name())
+	s, err := ReadStatusFile(f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,31 +92,5 @@ func TestCommandErrors(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 127 || !strings.Contains(string(out), "is gone") {
 		t.Fatalf("want exit 127 naming the launcher, got %v: %s", err, out)
-	}
-}
-
-func TestDropLauncherCapabilities(t *testing.T) {
-	requireRoot(t)
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Env = append(os.Environ(), dropEnv+"=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v: %s", err, stderr.String())
-	}
-	s := parse(t, out)
-	var want uint64
-	for _, c := range LauncherKeeps {
-		want |= 1 << uint(c)
-	}
-	if s.CapEff != want || s.CapPrm != want || s.CapBnd != want || s.CapInh != 0 || s.CapAmb != 0 {
-		t.Fatalf("caps eff %x prm %x bnd %x inh %x amb %x; want %x (%v) and no others", s.CapEff, s.CapPrm, s.CapBnd, s.CapInh, s.CapAmb, want, LauncherKeeps)
-	}
-	if s.UIDs[0] != 0 {
-		t.Errorf("the launcher changed user: %v", s.UIDs)
-	}
-	if !strings.Contains(string(out), " "+strconv.Itoa(GID)) && !strings.Contains(string(out), "\t"+strconv.Itoa(GID)) {
-		t.Errorf("the launcher is not in QEMU's group %d:\n%s", GID, out)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/launcher/dropcaps"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 )
 
@@ -269,11 +270,11 @@ spec:
 			t.Fatal(err)
 		}
 		var keep uint64
-		for _, c := range unpriv.LauncherKeeps {
+		for _, c := range dropcaps.Keep {
 			keep |= 1 << uint(c)
 		}
 		if ls, err := unpriv.ReadStatus(lpid); err != nil || ls.CapEff != keep || ls.CapBnd != keep {
-			t.Errorf("launcher (pid %d) capabilities %+v (%v), want only %v", lpid, ls, err, unpriv.LauncherKeeps)
+			t.Errorf("launcher (pid %d) capabilities %+v (%v), want only %v", lpid, ls, err, dropcaps.Keep)
 		}
 
 		// Inside the launcher's container: the cgroup2 mount it made shows its

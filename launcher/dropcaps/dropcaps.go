@@ -1,4 +1,8 @@
-package unpriv
+// Package dropcaps reduces kemu-launcher's own capabilities once its VM
+// runs. It is kept apart from launcher/unpriv so that only kemu-launcher
+// links libcap's psx (which, in a cgo build, wraps every pthread_create):
+// kemuctl and the tests that start QEMU do not need it.
+package dropcaps
 
 import (
 	"fmt"
@@ -7,38 +11,40 @@ import (
 	"syscall"
 
 	"kernel.org/pub/linux/libs/security/libcap/cap"
+
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 )
 
-// LauncherKeeps are the capabilities a launcher keeps once its VM runs:
+// Keep are the capabilities a launcher keeps once its VM runs:
 // KILL to signal QEMU (another user) when it must stop, NET_ADMIN to take
 // the VM's taps, bridge and nftables rules down when it ends. Everything
 // else (SYS_ADMIN, BPF, CHOWN, DAC_OVERRIDE, SETUID, …) served only the
 // setup.
-var LauncherKeeps = []cap.Value{cap.KILL, cap.NET_ADMIN}
+var Keep = []cap.Value{cap.KILL, cap.NET_ADMIN}
 
-// DropLauncherCapabilities is for the launcher process once QEMU runs: it
+// Launcher is for the launcher process once QEMU runs: it
 // joins QEMU's group (to reach QEMU's group-only sockets without
 // DAC_OVERRIDE), then reduces every thread's bounding, permitted, effective
 // and inheritable sets to keep and clears the ambient set. It changes the
 // whole process for good: call it from a launcher's main, never from a
 // library or a test process. A launcher that is not root has nothing to drop.
-func DropLauncherCapabilities(qemu Identity, keep ...cap.Value) error {
+func Launcher(qemu unpriv.Identity, keep ...cap.Value) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
 	if qemu.GID != 0 {
 		groups, err := syscall.Getgroups()
 		if err != nil {
-			return fmt.Errorf("unpriv: getgroups: %w", err)
+			return fmt.Errorf("dropcaps: getgroups: %w", err)
 		}
 		if !slices.Contains(groups, qemu.GID) {
 			if err := syscall.Setgroups(append(groups, qemu.GID)); err != nil {
-				return fmt.Errorf("unpriv: joining QEMU's group %d: %w", qemu.GID, err)
+				return fmt.Errorf("dropcaps: joining QEMU's group %d: %w", qemu.GID, err)
 			}
 		}
 	}
 	if err := cap.ResetAmbient(); err != nil {
-		return fmt.Errorf("unpriv: clearing ambient capabilities: %w", err)
+		return fmt.Errorf("dropcaps: clearing ambient capabilities: %w", err)
 	}
 	var drop []cap.Value
 	for c := cap.Value(0); c < cap.MaxBits(); c++ {
@@ -48,16 +54,16 @@ func DropLauncherCapabilities(qemu Identity, keep ...cap.Value) error {
 	}
 	// The bounding set first: that needs SETPCAP, which the next step drops.
 	if err := cap.DropBound(drop...); err != nil {
-		return fmt.Errorf("unpriv: dropping capabilities from the bounding set: %w", err)
+		return fmt.Errorf("dropcaps: dropping capabilities from the bounding set: %w", err)
 	}
 	set := cap.NewSet()
 	for _, f := range []cap.Flag{cap.Permitted, cap.Effective} {
 		if err := set.SetFlag(f, true, keep...); err != nil {
-			return fmt.Errorf("unpriv: %w", err)
+			return fmt.Errorf("dropcaps: %w", err)
 		}
 	}
 	if err := set.SetProc(); err != nil {
-		return fmt.Errorf("unpriv: setting the launcher's capabilities to %v: %w", keep, err)
+		return fmt.Errorf("dropcaps: setting the launcher's capabilities to %v: %w", keep, err)
 	}
 	return nil
 }
