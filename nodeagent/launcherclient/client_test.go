@@ -188,6 +188,19 @@ func (h *helper) lines(prefix string) []string {
 	return out
 }
 
+// waitLines waits until the helper printed n lines starting with prefix
+// (its output is read asynchronously) and returns them; at most 10 s.
+func (h *helper) waitLines(prefix string, n int) []string {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := h.lines(prefix)
+		if len(got) >= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (h *helper) kill() {
 	_ = h.cmd.Process.Kill()
 	<-h.done
@@ -547,7 +560,7 @@ func TestVerify(t *testing.T) {
 				if _, err := c.Pause(ctx, &rpc.Empty{}); err != nil {
 					t.Errorf("Pause on a verified launcher: %v", err)
 				}
-				if got := s.own.lines("rpc "); len(got) != 2 {
+				if got := s.own.waitLines("rpc ", 2); len(got) != 2 {
 					t.Errorf("the launcher saw %v, want Info and Pause", got)
 				}
 				return
