@@ -13,7 +13,7 @@ import (
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
-	"github.com/kemu-dev/kemu/controller/template"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 )
 
 // Runnable is a controller: Run blocks until ctx ends (after the controller's
@@ -43,7 +43,7 @@ func NewInformers(kube kubernetes.Interface, kemu versioned.Interface, namespace
 		Kube: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(namespace)),
 		LauncherPods: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = template.AppLabel + "=" + template.AppLauncher
+				o.LabelSelector = launcherpod.AppLabel + "=" + launcherpod.AppLauncher
 			})),
 		Kemu: kemuinformers.NewSharedInformerFactoryWithOptions(kemu, resync, kemuinformers.WithNamespace(namespace)),
 	}

@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/dropcaps"
@@ -49,34 +49,24 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	var (
-		vmiFile, vmiJSON, socketsDir, runtimeDir, imageCache, accel, qemu, baseDir string
-		pvcRoot, secretsDir, containerDiskDir, kernelBootDir                       string
-		grace, qemuTimeout                                                         time.Duration
-		noDeviceCgroup, podNetwork                                                 bool
-		podInterface, resolvConf, vmiUID                                           string
+		vmiFile, vmiJSON, qemu, baseDir string
+		qemuTimeout                     time.Duration
+		noDeviceCgroup, podNetwork      bool
+		podInterface, resolvConf        string
 	)
 	fs := flag.NewFlagSet("kemu-launcher", flag.ContinueOnError)
 	fs.StringVar(&vmiFile, "vmi-file", "", "the VirtualMachineInstance (JSON or YAML); none: wait for a Sync")
 	fs.StringVar(&vmiJSON, "vmi-json", "", "the VirtualMachineInstance as JSON; none: wait for a Sync")
-	fs.StringVar(&vmiUID, cmdserver.VMIUIDFlag, "", "the UID of the VMI this launcher runs (set by the launcher Pod): Info reports it to the node agent and Sync refuses any other VMI; empty: any")
-	fs.StringVar(&socketsDir, "sockets-dir", "/var/run/kemu/sockets", "where launcher.sock is created")
-	fs.StringVar(&runtimeDir, "runtime-dir", "/var/run/kemu/vm", "the VM's private runtime directory (removed when the VM ends)")
-	fs.StringVar(&imageCache, "image-cache", "/var/lib/kemu/images", "cache of container image files")
+	// The launcher Pod's contract: what controller/template renders.
+	pc := launcherpod.Defaults()
+	pc.Bind(fs)
 	fs.StringVar(&baseDir, "base-dir", "", "resolves relative oci: image paths (default: the working directory)")
-	fs.StringVar(&pvcRoot, "pvc-root", "", "where persistentVolumeClaim volumes are mounted")
-	fs.StringVar(&secretsDir, "secrets-dir", "", "where cloud-init secret volumes are mounted")
-	fs.StringVar(&kernelBootDir, "kernel-boot-dir", "", "where the Pod's init container copied the kernel-boot image's kernel and initrd; empty: pull the image into --image-cache")
-	fs.StringVar(&containerDiskDir, "container-disk-dir", "", "where the Pod's init containers copied containerDisks (<dir>/<volume>/); empty: pull the images into --image-cache")
 	fs.StringVar(&qemu, "qemu", "qemu-system-x86_64", "the QEMU binary")
-	fs.StringVar(&accel, "accel", "", `accelerator: kvm, tcg, or "" to probe KVM`)
-	fs.DurationVar(&grace, "grace-period", 0, "graceful shutdown period (0: the VMI's terminationGracePeriodSeconds)")
 	fs.BoolVar(&noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (only for hosts without cgroup2)")
 	fs.BoolVar(&podNetwork, "pod-network", true, "wire the VMI's pod-network interfaces in this network namespace (taps, bridge, nftables, DHCP); false: the VMI must have no pod-network interface")
 	fs.StringVar(&podInterface, "pod-interface", netsetup.DefaultPodInterface, "the pod network's interface")
 	fs.StringVar(&resolvConf, "resolv-conf", netsetup.DefaultResolvConf, "DNS servers and search domains for the guest's DHCP lease")
 	fs.DurationVar(&qemuTimeout, "qemu-timeout", 5*time.Minute, "exit if no VMI arrives (Sync) within this long")
-	var allowRawQMP bool
-	fs.BoolVar(&allowRawQMP, cmdserver.AllowRawQMPFlag, false, "debugging only: let the Qmp RPC pass any QMP command (default: read-only query commands) and keep QEMU's second QMP socket")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -108,16 +98,16 @@ func run() int {
 			klog.ErrorS(errors.New(status.Convert(err).Message()), "Bad VMI")
 			return 2
 		}
-		if vmiUID != "" && string(vmi.UID) != vmiUID {
-			klog.ErrorS(nil, "The VMI is not the one --"+cmdserver.VMIUIDFlag+" names", "uid", vmi.UID, cmdserver.VMIUIDFlag, vmiUID)
+		if pc.VMIUID != "" && vmi.UID != pc.VMIUID {
+			klog.ErrorS(nil, "The VMI is not the one --"+launcherpod.FlagVMIUID+" names", "uid", vmi.UID, launcherpod.FlagVMIUID, pc.VMIUID)
 			return 2
 		}
 	}
 	if baseDir == "" {
 		baseDir, _ = os.Getwd()
 	}
-	if abs, err := filepath.Abs(runtimeDir); err == nil {
-		runtimeDir = abs
+	if abs, err := filepath.Abs(pc.RuntimeDir); err == nil {
+		pc.RuntimeDir = abs
 	}
 
 	// QEMU's user owns its taps (launcher/unpriv).
@@ -127,13 +117,14 @@ func run() int {
 		podNet = &netsetup.Options{PodInterface: podInterface, ResolvConf: resolvConf, TapUID: qemuID.UID, TapGID: qemuID.GID}
 	}
 	srv := cmdserver.New(cmdserver.Options{
-		SocketsDir: socketsDir, GracePeriod: grace, Version: version, VMIUID: types.UID(vmiUID),
-		Config: launcher.Config{Dir: runtimeDir, ImageCache: imageCache, BaseDir: baseDir, QEMU: qemu,
-			Accel: accel, PVCRoot: pvcRoot, SecretsDir: secretsDir, ContainerDiskDir: containerDiskDir, KernelBootDir: kernelBootDir, NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
-		AllowRawQMP: allowRawQMP,
+		SocketsDir: pc.SocketsDir, GracePeriod: pc.GracePeriod, Version: version, VMIUID: pc.VMIUID,
+		Config: launcher.Config{Dir: pc.RuntimeDir, ImageCache: pc.ImageCache, BaseDir: baseDir, QEMU: qemu,
+			Accel: pc.Accel, PVCRoot: pc.PVCRoot, SecretsDir: pc.SecretsDir, ContainerDiskDir: pc.ContainerDiskDir, KernelBootDir: pc.KernelBootDir,
+			NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
+		AllowRawQMP: pc.AllowRawQMP,
 	})
-	if allowRawQMP {
-		klog.InfoS("Raw QMP allowed: the Qmp RPC passes any command and QEMU's debug QMP socket stays (debugging only)", "flag", "--"+cmdserver.AllowRawQMPFlag)
+	if pc.AllowRawQMP {
+		klog.InfoS("Raw QMP allowed: the Qmp RPC passes any command and QEMU's debug QMP socket stays (debugging only)", "flag", "--"+launcherpod.FlagAllowRawQMP)
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -37,7 +37,7 @@ func startLauncher(t *testing.T, ctx context.Context, bin, sockets string, args 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &launcherProc{cmd: cmd, stderr: &stderr, socket: filepath.Join(sockets, cmdserver.SocketName)}
+	p := &launcherProc{cmd: cmd, stderr: &stderr, socket: filepath.Join(sockets, launcherpod.Socket)}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
@@ -110,7 +110,7 @@ func TestAllowRawQMPFlag(t *testing.T) {
 		defer cancel()
 		args := []string{"--runtime-dir", filepath.Join(dir, "run")}
 		if allow {
-			args = append(args, "--"+cmdserver.AllowRawQMPFlag)
+			args = append(args, "--"+launcherpod.FlagAllowRawQMP)
 		}
 		p := startLauncher(t, ctx, bin, filepath.Join(dir, "s"), args...)
 		conn, err := grpc.NewClient("unix://"+p.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))

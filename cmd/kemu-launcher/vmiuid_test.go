@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
-	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -35,7 +35,7 @@ func TestVMIUIDFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flag := "--" + cmdserver.VMIUIDFlag + "=" + string(in.UID)
+	flag := "--" + launcherpod.FlagVMIUID + "=" + string(in.UID)
 	if !slices.Contains(pod.Spec.Containers[0].Args, flag) {
 		t.Fatalf("the launcher Pod's args %v lack %s", pod.Spec.Containers[0].Args, flag)
 	}
@@ -80,7 +80,7 @@ func TestVMIUIDFlag(t *testing.T) {
 		"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{"disks":[{"name":"root","disk":{"bus":"virtio"}}]}},
 		"volumes":[{"name":"root","containerDisk":{"image":"oci:nowhere"}}]}}`).CombinedOutput()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), cmdserver.VMIUIDFlag) {
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), launcherpod.FlagVMIUID) {
 		t.Errorf("--vmi-json of another VMI: %v, want exit 2\n%s", err, out)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/devices/kvm"
@@ -86,7 +87,7 @@ input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
 	f.StringSliceVar(&o.then, "then", nil, "actions after start: pause, unpause, agent, shutdown, stop, sleep=DURATION")
 	f.BoolVar(&o.noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (hosts without cgroup2)")
 	f.StringSliceVar(&o.publish, "publish", nil, "forward a host port to the guest: [ADDR:]HOSTPORT:GUESTPORT[/udp]")
-	f.BoolVar(&o.allowRawQMP, cmdserver.AllowRawQMPFlag, false, "debugging: let kemuctl shell send any QMP command and keep QEMU's second QMP socket (default: read-only commands, no second socket)")
+	f.BoolVar(&o.allowRawQMP, launcherpod.FlagAllowRawQMP, false, "debugging: let kemuctl shell send any QMP command and keep QEMU's second QMP socket (default: read-only commands, no second socket)")
 	return cmd
 }
 
@@ -186,7 +187,7 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	if o.allowRawQMP {
 		say("debug QMP socket: %s; console log: %s", l.DebugQMPSocket(), l.ConsoleLog())
 	} else {
-		say("console log: %s (no debug QMP socket without --%s)", l.ConsoleLog(), cmdserver.AllowRawQMPFlag)
+		say("console log: %s (no debug QMP socket without --%s)", l.ConsoleLog(), launcherpod.FlagAllowRawQMP)
 	}
 	// The command server, for kemuctl shell; its directory outlives the
 	// runtime directory (removed when the VM ends) until kemuctl exits.

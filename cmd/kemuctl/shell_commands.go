@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -254,7 +254,7 @@ func (s *shell) qmp(ctx context.Context, rest string) error {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.PermissionDenied {
 		return usagef("qmp %s: refused by the launcher: %s\n"+
 			"  (pause, resume, reset, shutdown and kill are shell commands of their own; only a launcher started with --%s, as kemu-launcher or kemuctl run, passes any QMP command)",
-			name, st.Message(), cmdserver.AllowRawQMPFlag)
+			name, st.Message(), launcherpod.FlagAllowRawQMP)
 	}
 	if err != nil {
 		return err

@@ -25,16 +25,16 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
-	"github.com/kemu-dev/kemu/launcher/cmdserver"
 )
 
 // The launcher image's kemuctl and the launcher's command socket, as the
 // compute container sees them.
 const remoteKemuctl = "/usr/bin/kemuctl"
 
-var remoteSocket = path.Join(template.SocketsDir, cmdserver.SocketName)
+var remoteSocket = path.Join(launcherpod.SocketsDir, launcherpod.Socket)
 
 // consoleDetachGrace is how long kemuctl console waits, after Ctrl-], for
 // the remote kemuctl to leave by itself before it closes the stream.
@@ -67,7 +67,7 @@ func newConsoleCommand() *cobra.Command {
 		Short: "Attach to a VirtualMachineInstance's serial console",
 		Long: `console attaches the terminal to the guest's serial console: it runs
 ` + "`kemuctl shell --socket " + remoteSocket + " -c console`" + ` in the
-VMI's launcher Pod (container ` + template.ComputeContainer + `) through the Kubernetes exec API (the user
+VMI's launcher Pod (container ` + launcherpod.ComputeContainer + `) through the Kubernetes exec API (the user
 needs create on pods/exec) and passes stdin and stdout through. On a terminal,
 stdin is put in raw mode and Ctrl-] leaves; from a pipe, the console is left
 once the input ended and the guest's output is quiet.
@@ -147,9 +147,9 @@ func phaseOf(vmi *v1.VirtualMachineInstance) string {
 
 // check refuses a Pod that is not the VMI's running launcher.
 func (t *vmiTarget) check(needGuest bool) error {
-	if got := t.pod.Labels[template.CreatedByLabel]; got != string(t.vmi.UID) {
+	if got := t.pod.Labels[launcherpod.CreatedByLabel]; got != string(t.vmi.UID) {
 		return fmt.Errorf("%s: Pod %s is not its launcher (label %s is %q, not the VMI's UID %s)",
-			t.ref, t.pod.Name, template.CreatedByLabel, got, t.vmi.UID)
+			t.ref, t.pod.Name, launcherpod.CreatedByLabel, got, t.vmi.UID)
 	}
 	if t.pod.DeletionTimestamp != nil {
 		return fmt.Errorf("%s is stopping (its launcher Pod %s is being deleted)", t.ref, t.pod.Name)
@@ -159,13 +159,13 @@ func (t *vmiTarget) check(needGuest bool) error {
 	}
 	running := false
 	for _, cs := range t.pod.Status.ContainerStatuses {
-		if cs.Name == template.ComputeContainer && cs.State.Running != nil {
+		if cs.Name == launcherpod.ComputeContainer && cs.State.Running != nil {
 			running = true
 		}
 	}
 	if !running {
 		return fmt.Errorf("%s is not running (container %s of its launcher Pod %s is not running)",
-			t.ref, template.ComputeContainer, t.pod.Name)
+			t.ref, launcherpod.ComputeContainer, t.pod.Name)
 	}
 	if needGuest && t.vmi.Status.Phase != v1.Running {
 		return fmt.Errorf("%s is not running (phase %s)", t.ref, phaseOf(t.vmi))
@@ -186,7 +186,7 @@ type execStreams struct {
 func (t *vmiTarget) exec(ctx context.Context, argv []string, s execStreams) error {
 	req := t.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.pod.Namespace).Name(t.pod.Name).
 		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
-		Container: template.ComputeContainer,
+		Container: launcherpod.ComputeContainer,
 		Command:   argv,
 		Stdin:     s.in != nil,
 		Stdout:    true,

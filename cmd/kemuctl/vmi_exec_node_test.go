@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/test/cluster"
@@ -133,19 +134,19 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	vmi := createVMI(ctx, t, kemu, ns, "con", v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: template.PodName(vmi), Namespace: ns, Labels: map[string]string{
-			template.AppLabel: template.AppLauncher, template.CreatedByLabel: string(vmi.UID), template.VMINameLabel: vmi.Name}},
+			launcherpod.AppLabel: launcherpod.AppLauncher, launcherpod.CreatedByLabel: string(vmi.UID), launcherpod.VMINameLabel: vmi.Name}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: vmTestPtr(int64(1)),
 			AutomountServiceAccountToken:  vmTestPtr(false),
 			Containers: []corev1.Container{{
-				Name: template.ComputeContainer, Image: execTestImage, ImagePullPolicy: corev1.PullNever,
+				Name: launcherpod.ComputeContainer, Image: execTestImage, ImagePullPolicy: corev1.PullNever,
 				Command:      []string{"/usr/bin/fakelauncher", "--socket", remoteSocket},
-				VolumeMounts: []corev1.VolumeMount{{Name: template.SocketsVolume, MountPath: template.SocketsDir}},
+				VolumeMounts: []corev1.VolumeMount{{Name: launcherpod.SocketsVolume, MountPath: launcherpod.SocketsDir}},
 				// Ready once the image's kemuctl reaches the fake.
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
 					Command: remoteShellArgv("status", true, false)}}, PeriodSeconds: 1, TimeoutSeconds: 10},
 			}},
-			Volumes: []corev1.Volume{{Name: template.SocketsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Volumes: []corev1.Volume{{Name: launcherpod.SocketsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
 	t0 = time.Now()

@@ -20,8 +20,8 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned/fake"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/template"
 )
 
 // The exact commands run in the launcher Pod.
@@ -291,7 +291,7 @@ func TestLauncherCheck(t *testing.T) {
 	vmi := testVMI(v1.Running, nil)
 	good := func() *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{template.CreatedByLabel: "uid-1"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{launcherpod.CreatedByLabel: "uid-1"}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 				{Name: "compute", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
 		}
@@ -303,7 +303,7 @@ func TestLauncherCheck(t *testing.T) {
 		want      string
 	}{
 		{name: "ok", needGuest: true},
-		{name: "another VMI's", mod: func(p *corev1.Pod, _ *v1.VirtualMachineInstance) { p.Labels[template.CreatedByLabel] = "uid-0" },
+		{name: "another VMI's", mod: func(p *corev1.Pod, _ *v1.VirtualMachineInstance) { p.Labels[launcherpod.CreatedByLabel] = "uid-0" },
 			want: `VMI ns/a: Pod p is not its launcher (label kemu.dev/created-by is "uid-0", not the VMI's UID uid-1)`},
 		{name: "pending", mod: func(p *corev1.Pod, _ *v1.VirtualMachineInstance) { p.Status.Phase = corev1.PodPending },
 			want: "VMI ns/a is not running (its launcher Pod p is Pending)"},

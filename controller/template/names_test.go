@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -54,12 +55,12 @@ func TestLauncherPodNames(t *testing.T) {
 					t.Errorf("label %s=%q: %v", k, v, errs)
 				}
 			}
-			l := pod.Labels[VMINameLabel]
+			l := pod.Labels[launcherpod.VMINameLabel]
 			if len(tc.name) <= utilvalidation.LabelValueMaxLength && l != tc.name {
-				t.Errorf("label %s=%q, want the name itself", VMINameLabel, l)
+				t.Errorf("label %s=%q, want the name itself", launcherpod.VMINameLabel, l)
 			}
 			if len(tc.name) > utilvalidation.LabelValueMaxLength && l == VMINameLabelValue(tc.name+"x") {
-				t.Errorf("label %s=%q for two names", VMINameLabel, l)
+				t.Errorf("label %s=%q for two names", launcherpod.VMINameLabel, l)
 			}
 			if len(tc.name) <= 43 && pod.Name != PodNamePrefix+tc.name+"-"+PodName(x)[len(pod.Name)-5:] {
 				t.Errorf("Pod name %q: a short VMI name is kept whole", pod.Name)

@@ -11,76 +11,16 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
-)
-
-// Labels and annotations of launcher Pods.
-const (
-	// AppLabel is "launcher" on every launcher Pod.
-	AppLabel = "kemu.dev/app"
-	// AppLauncher is AppLabel's value.
-	AppLauncher = "launcher"
-	// CreatedByLabel is the UID of the VMI the Pod runs (KubeVirt's
-	// kubevirt.io/created-by).
-	CreatedByLabel = "kemu.dev/created-by"
-	// VMINameLabel is the name of the VMI the Pod runs, as a label value
-	// (VMINameLabelValue: hashed when the name is no label value). Look a
-	// VMI's Pods up by CreatedByLabel, or by the Pod's controller reference.
-	VMINameLabel = "kemu.dev/vmi-name"
-)
-
-// Device-plugin resources (devices/deviceplugin).
-const (
-	ResourceKVM      corev1.ResourceName = "devices.kemu.dev/kvm"
-	ResourceTun      corev1.ResourceName = "devices.kemu.dev/tun"
-	ResourceVhostNet corev1.ResourceName = "devices.kemu.dev/vhost-net"
-)
-
-// Paths and names inside the launcher Pod.
-const (
-	ComputeContainer = "compute"
-	// SocketsVolume is the emptyDir holding launcher.sock; the node agent
-	// finds it at <kubelet-root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/sockets/.
-	SocketsVolume = "sockets"
-	SocketsDir    = "/var/run/kemu/sockets"
-	// PrivateVolume holds the VM's runtime directory (overlays, ISOs, EFI
-	// variables); the launcher removes RuntimeDir itself when the VM ends.
-	PrivateVolume = "private"
-	PrivateDir    = "/var/run/kemu/private"
-	RuntimeDir    = PrivateDir + "/vm"
-	// ImagesVolume is the launcher's image cache (unused when containerDisks
-	// and kernelBoot come copied by the init containers; kept for launcher
-	// flags that make it pull).
-	ImagesVolume = "images"
-	ImageCache   = "/var/lib/kemu/images"
-	// PVCRoot holds claims: a block device PVCRoot/<claim> or a file system
-	// at PVCRoot/<claim>/ (disk.img).
-	PVCRoot = "/var/run/kemu/pvcs"
-	// SecretsDir holds cloud-init secrets: SecretsDir/<secret>/<key>.
-	SecretsDir = "/var/run/kemu/secrets"
-	// ToolsVolume is the emptyDir the first init container fills with the
-	// static kemu-copy helper from the launcher image.
-	ToolsVolume = "kemu-tools"
-	ToolsDir    = "/var/run/kemu/tools"
-	// CopyBinary is kemu-copy's path in the launcher image.
-	CopyBinary = "/usr/bin/kemu-copy"
-	// ContainerDisksDir/<volume>/ holds each containerDisk's disk, copied
-	// out of its image by an init container.
-	ContainerDisksDir = "/var/run/kemu/container-disks"
-	// KernelBootDir holds firmware.kernelBoot.container's kernel and initrd,
-	// copied out of its image by an init container.
-	KernelBootVolume = "kernel-boot"
-	KernelBootDir    = "/var/run/kemu/kernel-boot"
-	// DefaultDiskDir is where a containerDisk image keeps its disk when the
-	// volume names no path (KubeVirt's /disk/).
-	DefaultDiskDir = "/disk"
 )
 
 // LauncherCapabilities are the compute container's capabilities, all of
@@ -165,7 +105,7 @@ func PodName(vmi *v1.VirtualMachineInstance) string {
 	return PodNamePrefix + strings.TrimRight(vmi.Name[:keep], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
-// VMINameLabelValue is VMINameLabel's value for a VMI named name: the name
+// VMINameLabelValue is launcherpod.VMINameLabel's value for a VMI named name: the name
 // when it is a label value (every object name of at most 63 characters,
 // dots included), else its first 52 characters (trailing '-' and '.'
 // trimmed), "-" and 10 hex digits of the name's SHA-256: stable, at most 63.
@@ -197,9 +137,9 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	for k, v := range vmi.Labels {
 		labels[k] = v // Services select VMs by their VMI's labels
 	}
-	labels[AppLabel] = AppLauncher
-	labels[CreatedByLabel] = string(vmi.UID)
-	labels[VMINameLabel] = VMINameLabelValue(vmi.Name)
+	labels[launcherpod.AppLabel] = launcherpod.AppLauncher
+	labels[launcherpod.CreatedByLabel] = string(vmi.UID)
+	labels[launcherpod.VMINameLabel] = VMINameLabelValue(vmi.Name)
 
 	nodeSelector := map[string]string{}
 	for k, v := range vmi.Spec.NodeSelector {
@@ -212,7 +152,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		return nil, err
 	}
 	compute := corev1.Container{
-		Name:            ComputeContainer,
+		Name:            launcherpod.ComputeContainer,
 		Image:           s.opts.LauncherImage,
 		ImagePullPolicy: s.opts.LauncherPullPolicy,
 		Command:         []string{"kemu-launcher"},
@@ -282,11 +222,11 @@ var initResources = corev1.ResourceRequirements{
 }
 
 func (b *builder) volumes() error {
-	b.podVolumes = append(b.podVolumes, emptyDir(SocketsVolume), emptyDir(PrivateVolume), emptyDir(ImagesVolume))
+	b.podVolumes = append(b.podVolumes, emptyDir(launcherpod.SocketsVolume), emptyDir(launcherpod.PrivateVolume), emptyDir(launcherpod.ImagesVolume))
 	b.mounts = append(b.mounts,
-		corev1.VolumeMount{Name: SocketsVolume, MountPath: SocketsDir},
-		corev1.VolumeMount{Name: PrivateVolume, MountPath: PrivateDir},
-		corev1.VolumeMount{Name: ImagesVolume, MountPath: ImageCache},
+		corev1.VolumeMount{Name: launcherpod.SocketsVolume, MountPath: launcherpod.SocketsDir},
+		corev1.VolumeMount{Name: launcherpod.PrivateVolume, MountPath: launcherpod.PrivateDir},
+		corev1.VolumeMount{Name: launcherpod.ImagesVolume, MountPath: launcherpod.ImageCache},
 	)
 	b.secrets, b.hostDirs = map[string]bool{}, map[string]bool{}
 	var diskIndex int
@@ -318,13 +258,13 @@ func (b *builder) installCopy() {
 		return
 	}
 	b.copyInstalled = true
-	b.podVolumes = append(b.podVolumes, emptyDir(ToolsVolume))
+	b.podVolumes = append(b.podVolumes, emptyDir(launcherpod.ToolsVolume))
 	b.initContainers = append(b.initContainers, corev1.Container{
 		Name:            "install-kemu-copy",
 		Image:           b.opts.LauncherImage,
 		ImagePullPolicy: b.opts.LauncherPullPolicy,
-		Command:         []string{CopyBinary, CopyBinary, ToolsDir},
-		VolumeMounts:    []corev1.VolumeMount{{Name: ToolsVolume, MountPath: ToolsDir}},
+		Command:         []string{launcherpod.CopyBinary, launcherpod.CopyBinary, launcherpod.ToolsDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: launcherpod.ToolsVolume, MountPath: launcherpod.ToolsDir}},
 		Resources:       initResources,
 	})
 }
@@ -334,7 +274,7 @@ func (b *builder) installCopy() {
 // (--kernel-boot-dir), as for containerDisks: the kubelet pulls the image.
 func (b *builder) kernelBoot(c *v1.KernelBootContainer) {
 	b.installCopy()
-	cmd := []string{path.Join(ToolsDir, "kemu-copy")}
+	cmd := []string{path.Join(launcherpod.ToolsDir, "kemu-copy")}
 	for _, p := range []string{c.KernelPath, c.InitrdPath} {
 		if p != "" {
 			cmd = append(cmd, p)
@@ -344,19 +284,19 @@ func (b *builder) kernelBoot(c *v1.KernelBootContainer) {
 	if pull == "" {
 		pull = v1.DefaultPullPolicy(c.Image)
 	}
-	b.podVolumes = append(b.podVolumes, emptyDir(KernelBootVolume))
+	b.podVolumes = append(b.podVolumes, emptyDir(launcherpod.KernelBootVolume))
 	b.initContainers = append(b.initContainers, corev1.Container{
-		Name:            KernelBootVolume,
+		Name:            launcherpod.KernelBootVolume,
 		Image:           c.Image,
 		ImagePullPolicy: pull,
-		Command:         append(cmd, KernelBootDir),
+		Command:         append(cmd, launcherpod.KernelBootDir),
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: ToolsVolume, MountPath: ToolsDir, ReadOnly: true},
-			{Name: KernelBootVolume, MountPath: KernelBootDir},
+			{Name: launcherpod.ToolsVolume, MountPath: launcherpod.ToolsDir, ReadOnly: true},
+			{Name: launcherpod.KernelBootVolume, MountPath: launcherpod.KernelBootDir},
 		},
 		Resources: initResources,
 	})
-	b.mounts = append(b.mounts, corev1.VolumeMount{Name: KernelBootVolume, MountPath: KernelBootDir, ReadOnly: true})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: launcherpod.KernelBootVolume, MountPath: launcherpod.KernelBootDir, ReadOnly: true})
 }
 
 // containerDisk: the first containerDisk adds the init container that
@@ -369,8 +309,8 @@ func (b *builder) containerDisk(i int, vol *v1.Volume) {
 	b.installCopy()
 	cd := vol.ContainerDisk
 	name := "container-disk-" + strconv.Itoa(i)
-	dst := path.Join(ContainerDisksDir, vol.Name)
-	src := DefaultDiskDir
+	dst := path.Join(launcherpod.ContainerDisksDir, vol.Name)
+	src := launcherpod.DefaultDiskDir
 	if cd.Path != "" {
 		src = cd.Path
 	}
@@ -383,9 +323,9 @@ func (b *builder) containerDisk(i int, vol *v1.Volume) {
 		Name:            name,
 		Image:           cd.Image,
 		ImagePullPolicy: pull,
-		Command:         []string{path.Join(ToolsDir, "kemu-copy"), src, dst},
+		Command:         []string{path.Join(launcherpod.ToolsDir, "kemu-copy"), src, dst},
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: ToolsVolume, MountPath: ToolsDir, ReadOnly: true},
+			{Name: launcherpod.ToolsVolume, MountPath: launcherpod.ToolsDir, ReadOnly: true},
 			{Name: name, MountPath: dst},
 		},
 		Resources: initResources,
@@ -402,7 +342,7 @@ func (b *builder) pvc(c *v1.PersistentVolumeClaimVolumeSource) {
 	}
 	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}}})
-	p := path.Join(PVCRoot, c.ClaimName)
+	p := path.Join(launcherpod.PVCRoot, c.ClaimName)
 	if b.in.PVCBlock[c.ClaimName] {
 		b.devices = append(b.devices, corev1.VolumeDevice{Name: name, DevicePath: p})
 		return
@@ -444,7 +384,7 @@ func (b *builder) secret(name string) {
 	vn := "secret-" + shortHash(name)
 	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: vn, VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{SecretName: name}}})
-	b.mounts = append(b.mounts, corev1.VolumeMount{Name: vn, MountPath: path.Join(SecretsDir, name), ReadOnly: true})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: vn, MountPath: path.Join(launcherpod.SecretsDir, name), ReadOnly: true})
 }
 
 func shortHash(s string) string {
@@ -460,22 +400,15 @@ func (b *builder) args(grace int64) []string {
 	if b.in.KVM {
 		accel = "kvm" // the node's probe passed: its plugin advertises kvm
 	}
-	a := []string{
-		"--sockets-dir=" + SocketsDir,
-		"--runtime-dir=" + RuntimeDir,
-		"--image-cache=" + ImageCache,
-		"--pvc-root=" + PVCRoot,
-		"--secrets-dir=" + SecretsDir,
-		"--container-disk-dir=" + ContainerDisksDir,
-		"--kernel-boot-dir=" + KernelBootDir,
-		"--accel=" + accel,
-		"--grace-period=" + strconv.FormatInt(grace, 10) + "s",
+	c := launcherpod.Config{
+		SocketsDir: launcherpod.SocketsDir, RuntimeDir: launcherpod.RuntimeDir, ImageCache: launcherpod.ImageCache, PVCRoot: launcherpod.PVCRoot,
+		SecretsDir: launcherpod.SecretsDir, ContainerDiskDir: launcherpod.ContainerDisksDir, KernelBootDir: launcherpod.KernelBootDir,
+		Accel: accel, GracePeriod: time.Duration(grace) * time.Second,
 		// The launcher reports it to the node agent (Info), which talks to
-		// no launcher of another VMI; the launcher Syncs no other VMI
-		// (launcher/cmdserver.VMIUIDFlag).
-		"--vmi-uid=" + string(b.vmi.UID),
+		// no launcher of another VMI; the launcher Syncs no other VMI.
+		VMIUID: b.vmi.UID,
 	}
-	return append(a, b.opts.LauncherArgs...)
+	return append(c.Args(), b.opts.LauncherArgs...)
 }
 
 // NeedsTun: an interface bound to the pod network (masquerade or bridge)
@@ -541,16 +474,16 @@ func (b *builder) resources() corev1.ResourceRequirements {
 	}
 	one := resource.MustParse("1")
 	if b.in.KVM {
-		lim[ResourceKVM] = one
+		lim[launcherpod.ResourceKVM] = one
 	}
 	if NeedsTun(vmi) {
-		lim[ResourceTun] = one
+		lim[launcherpod.ResourceTun] = one
 	}
 	if needsVhostNet(vmi, b.in.KVM) {
-		lim[ResourceVhostNet] = one
+		lim[launcherpod.ResourceVhostNet] = one
 	}
 	// Extended resources are requested as much as limited.
-	for _, k := range []corev1.ResourceName{ResourceKVM, ResourceTun, ResourceVhostNet} {
+	for _, k := range []corev1.ResourceName{launcherpod.ResourceKVM, launcherpod.ResourceTun, launcherpod.ResourceVhostNet} {
 		if q, ok := lim[k]; ok {
 			req[k] = q.DeepCopy()
 		}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -85,7 +86,7 @@ func TestRender(t *testing.T) {
 			if !strings.HasPrefix(pod.Name, "kemu-launcher-vm1-") || pod.Namespace != "ns" {
 				t.Errorf("name %s/%s", pod.Namespace, pod.Name)
 			}
-			for k, v := range map[string]string{AppLabel: AppLauncher, CreatedByLabel: "uid-1", VMINameLabel: "vm1", "app": "web"} {
+			for k, v := range map[string]string{launcherpod.AppLabel: launcherpod.AppLauncher, launcherpod.CreatedByLabel: "uid-1", launcherpod.VMINameLabel: "vm1", "app": "web"} {
 				if pod.Labels[k] != v {
 					t.Errorf("label %s = %q, want %q", k, pod.Labels[k], v)
 				}
@@ -107,8 +108,8 @@ func TestRender(t *testing.T) {
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
 				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
 				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--accel=tcg", "--grace-period=30s",
-				"--vmi-uid=uid-1"}
-			if c.Name != ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
+				"--vmi-uid=uid-1", "--allow-raw-qmp=false"}
+			if c.Name != launcherpod.ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
 			}
 			// 256 MiB guest + 145 MiB TCG overhead; default CPU; tun for the default masquerade interface.
@@ -122,28 +123,28 @@ func TestRender(t *testing.T) {
 			if cpu := r.Requests[corev1.ResourceCPU]; cpu.Cmp(q("100m")) != 0 {
 				t.Errorf("cpu %s", &cpu)
 			}
-			if tun := r.Limits[ResourceTun]; tun.Value() != 1 || r.Requests[ResourceTun] != tun {
+			if tun := r.Limits[launcherpod.ResourceTun]; tun.Value() != 1 || r.Requests[launcherpod.ResourceTun] != tun {
 				t.Errorf("tun %v / %v", r.Limits, r.Requests)
 			}
-			for _, res := range []corev1.ResourceName{ResourceKVM, ResourceVhostNet} {
+			for _, res := range []corev1.ResourceName{launcherpod.ResourceKVM, launcherpod.ResourceVhostNet} {
 				if _, ok := r.Limits[res]; ok {
 					t.Errorf("%s requested under TCG", res)
 				}
 			}
 			m := env(c)
-			if m[SocketsDir].Name != SocketsVolume || m[PrivateDir].Name != PrivateVolume || m[ImageCache].Name != ImagesVolume {
+			if m[launcherpod.SocketsDir].Name != launcherpod.SocketsVolume || m[launcherpod.PrivateDir].Name != launcherpod.PrivateVolume || m[launcherpod.ImageCache].Name != launcherpod.ImagesVolume {
 				t.Errorf("mounts %v", c.VolumeMounts)
 			}
-			if cd := m[ContainerDisksDir+"/root"]; cd.Name != "container-disk-0" || !cd.ReadOnly {
+			if cd := m[launcherpod.ContainerDisksDir+"/root"]; cd.Name != "container-disk-0" || !cd.ReadOnly {
 				t.Errorf("containerDisk mount %+v", cd)
 			}
 			// containerDisk: install kemu-copy, then copy /disk out of the image.
 			ic := pod.Spec.InitContainers
-			if len(ic) != 2 || ic[0].Image != "kemu.local/launcher:1" || !slices.Equal(ic[0].Command, []string{CopyBinary, CopyBinary, ToolsDir}) {
+			if len(ic) != 2 || ic[0].Image != "kemu.local/launcher:1" || !slices.Equal(ic[0].Command, []string{launcherpod.CopyBinary, launcherpod.CopyBinary, launcherpod.ToolsDir}) {
 				t.Fatalf("init containers %+v", ic)
 			}
 			if ic[1].Image != "example.com/disk:1" || ic[1].ImagePullPolicy != corev1.PullIfNotPresent ||
-				!slices.Equal(ic[1].Command, []string{ToolsDir + "/kemu-copy", "/disk", ContainerDisksDir + "/root"}) {
+				!slices.Equal(ic[1].Command, []string{launcherpod.ToolsDir + "/kemu-copy", "/disk", launcherpod.ContainerDisksDir + "/root"}) {
 				t.Errorf("disk init container %+v", ic[1])
 			}
 			var sockets bool
@@ -161,15 +162,15 @@ func TestRender(t *testing.T) {
 		})}, func(t *testing.T, pod *corev1.Pod) {
 			// No containerDisk: kemu-copy is installed for the kernel alone.
 			ic := pod.Spec.InitContainers
-			if len(ic) != 2 || !slices.Equal(ic[0].Command, []string{CopyBinary, CopyBinary, ToolsDir}) {
+			if len(ic) != 2 || !slices.Equal(ic[0].Command, []string{launcherpod.CopyBinary, launcherpod.CopyBinary, launcherpod.ToolsDir}) {
 				t.Fatalf("init containers %+v", ic)
 			}
 			if ic[1].Image != "example.com/kernel:1" || ic[1].ImagePullPolicy != corev1.PullIfNotPresent ||
-				!slices.Equal(ic[1].Command, []string{ToolsDir + "/kemu-copy", "/boot/vmlinuz", "/boot/initrd.img", KernelBootDir}) {
+				!slices.Equal(ic[1].Command, []string{launcherpod.ToolsDir + "/kemu-copy", "/boot/vmlinuz", "/boot/initrd.img", launcherpod.KernelBootDir}) {
 				t.Errorf("kernel init container %+v", ic[1])
 			}
-			if m := env(pod.Spec.Containers[0]); m[KernelBootDir].Name != KernelBootVolume || !m[KernelBootDir].ReadOnly {
-				t.Errorf("kernel-boot mount %+v", m[KernelBootDir])
+			if m := env(pod.Spec.Containers[0]); m[launcherpod.KernelBootDir].Name != launcherpod.KernelBootVolume || !m[launcherpod.KernelBootDir].ReadOnly {
+				t.Errorf("kernel-boot mount %+v", m[launcherpod.KernelBootDir])
 			}
 		}},
 		{"kvm-limits-selectors", Input{KVM: true, VMI: vmi("1Gi", func(x *v1.VirtualMachineInstance) {
@@ -190,12 +191,12 @@ func TestRender(t *testing.T) {
 			if cpu := r.Requests[corev1.ResourceCPU]; cpu.Cmp(q("2")) != 0 {
 				t.Errorf("cpu request %s (from the limit)", &cpu)
 			}
-			for _, res := range []corev1.ResourceName{ResourceKVM, ResourceTun, ResourceVhostNet} {
+			for _, res := range []corev1.ResourceName{launcherpod.ResourceKVM, launcherpod.ResourceTun, launcherpod.ResourceVhostNet} {
 				if l := r.Limits[res]; l.Value() != 1 {
 					t.Errorf("%s not requested: %v", res, r.Limits)
 				}
 			}
-			if !slices.Contains(pod.Spec.Containers[0].Args, "--accel=kvm") || !slices.Contains(pod.Spec.Containers[0].Args, "--grace-period=120s") {
+			if !slices.Contains(pod.Spec.Containers[0].Args, "--accel=kvm") || !slices.Contains(pod.Spec.Containers[0].Args, "--grace-period=2m0s") {
 				t.Errorf("args %v", pod.Spec.Containers[0].Args)
 			}
 			if pod.Spec.NodeSelector["zone"] != "a" || pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" {
@@ -211,7 +212,7 @@ func TestRender(t *testing.T) {
 		{"no-network-no-tun", Input{VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.Devices.AutoattachPodInterface = ptr(false)
 		})}, func(t *testing.T, pod *corev1.Pod) {
-			if _, ok := pod.Spec.Containers[0].Resources.Limits[ResourceTun]; ok {
+			if _, ok := pod.Spec.Containers[0].Resources.Limits[launcherpod.ResourceTun]; ok {
 				t.Error("tun requested without interfaces")
 			}
 		}},
@@ -227,13 +228,13 @@ func TestRender(t *testing.T) {
 		})}, func(t *testing.T, pod *corev1.Pod) {
 			c := pod.Spec.Containers[0]
 			m := env(c)
-			if fs := m[PVCRoot+"/data"]; fs.Name == "" || !fs.ReadOnly {
+			if fs := m[launcherpod.PVCRoot+"/data"]; fs.Name == "" || !fs.ReadOnly {
 				t.Errorf("file-system claim mount %+v", fs)
 			}
-			if len(c.VolumeDevices) != 1 || c.VolumeDevices[0].DevicePath != PVCRoot+"/blk" {
+			if len(c.VolumeDevices) != 1 || c.VolumeDevices[0].DevicePath != launcherpod.PVCRoot+"/blk" {
 				t.Errorf("block claim %+v", c.VolumeDevices)
 			}
-			if m["/var/lib/vms"].Name == "" || m[SecretsDir+"/userdata"].Name == "" {
+			if m["/var/lib/vms"].Name == "" || m[launcherpod.SecretsDir+"/userdata"].Name == "" {
 				t.Errorf("mounts %+v", c.VolumeMounts)
 			}
 			if len(pod.Spec.InitContainers) != 0 {

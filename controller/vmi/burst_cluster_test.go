@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/template"
@@ -188,7 +189,7 @@ func runBurst(t testing.TB, n int, restart bool, qps float32) burstStats {
 	}
 	byVMI := map[string]string{}
 	for _, p := range pods {
-		uid := p.Labels[template.CreatedByLabel]
+		uid := p.Labels[launcherpod.CreatedByLabel]
 		if other, dup := byVMI[uid]; dup {
 			t.Errorf("VMI %s has two pods: %s and %s", uid, other, p.Name)
 		}

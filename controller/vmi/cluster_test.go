@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/template"
@@ -291,7 +292,7 @@ func statusOf(vmi *v1.VirtualMachineInstance) any {
 func launcherPods(t testing.TB, ns string) []corev1.Pod {
 	t.Helper()
 	pods, err := admin.kube.CoreV1().Pods(ns).List(context.Background(),
-		metav1.ListOptions{LabelSelector: template.AppLabel + "=" + template.AppLauncher})
+		metav1.ListOptions{LabelSelector: launcherpod.AppLabel + "=" + launcherpod.AppLauncher})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +415,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("phase timestamps %+v", vmi.Status.PhaseTransitionTimestamps)
 	}
 	pod := podOf(t, vmi)
-	if pod.Labels[template.CreatedByLabel] != string(created.UID) || pod.Labels["app"] != "demo" {
+	if pod.Labels[launcherpod.CreatedByLabel] != string(created.UID) || pod.Labels["app"] != "demo" {
 		t.Errorf("pod labels %v", pod.Labels)
 	}
 	if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != created.UID {

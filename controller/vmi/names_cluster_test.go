@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
 )
@@ -43,17 +44,17 @@ func TestNamesThatAreNoHostnames(t *testing.T) {
 		if pod.Spec.Hostname != v1.DeriveHostname(name) || len(utilvalidation.IsDNS1123Label(pod.Spec.Hostname)) > 0 {
 			t.Errorf("VMI %s: Pod hostname %q", name, pod.Spec.Hostname)
 		}
-		if got := pod.Labels[template.VMINameLabel]; got != template.VMINameLabelValue(name) || len(got) > utilvalidation.LabelValueMaxLength {
-			t.Errorf("VMI %s: label %s=%q", name, template.VMINameLabel, got)
+		if got := pod.Labels[launcherpod.VMINameLabel]; got != template.VMINameLabelValue(name) || len(got) > utilvalidation.LabelValueMaxLength {
+			t.Errorf("VMI %s: label %s=%q", name, launcherpod.VMINameLabel, got)
 		}
-		if pod.Labels[template.CreatedByLabel] != string(uid) {
-			t.Errorf("VMI %s: label %s=%q, want its UID %s", name, template.CreatedByLabel, pod.Labels[template.CreatedByLabel], uid)
+		if pod.Labels[launcherpod.CreatedByLabel] != string(uid) {
+			t.Errorf("VMI %s: label %s=%q, want its UID %s", name, launcherpod.CreatedByLabel, pod.Labels[launcherpod.CreatedByLabel], uid)
 		}
 		if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != uid || ref.Name != name {
 			t.Errorf("VMI %s: Pod owner %+v", name, ref)
 		}
 		t.Logf("VMI %s (%d characters): Pod %s, hostname %s, %s=%s", name[:min(len(name), 30)], len(name),
-			pod.Name, pod.Spec.Hostname, template.VMINameLabel, pod.Labels[template.VMINameLabel])
+			pod.Name, pod.Spec.Hostname, launcherpod.VMINameLabel, pod.Labels[launcherpod.VMINameLabel])
 	}
 	if pods := launcherPods(t, ns); len(pods) != len(names) {
 		t.Errorf("%d launcher Pods for %d VMIs", len(pods), len(names))

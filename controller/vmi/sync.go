@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/controller/metrics"
@@ -85,7 +86,7 @@ func (c *Controller) sync(ctx context.Context, key string) (result, error) {
 
 // podsOf lists the launcher Pods the VMI controls.
 func (c *Controller) podsOf(vmi *v1.VirtualMachineInstance) ([]*corev1.Pod, error) {
-	sel := labels.SelectorFromSet(labels.Set{template.CreatedByLabel: string(vmi.UID)})
+	sel := labels.SelectorFromSet(labels.Set{launcherpod.CreatedByLabel: string(vmi.UID)})
 	all, err := c.podLister.Pods(vmi.Namespace).List(sel)
 	if err != nil {
 		return nil, err

@@ -40,6 +40,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kemu-dev/kemu/api/launcherpod"
 )
 
 // Defaults of a Plugin's settings.
@@ -98,13 +100,13 @@ type Plugin struct {
 // Tun is the plugin for /dev/net/tun (devices.kemu.dev/tun), healthy while
 // the node exists and is a character device.
 func Tun(dir string) *Plugin {
-	return &Plugin{ResourceName: "devices.kemu.dev/tun", DevicePath: "/dev/net/tun", Dir: dir}
+	return &Plugin{ResourceName: string(launcherpod.ResourceTun), DevicePath: "/dev/net/tun", Dir: dir}
 }
 
 // VhostNet is the plugin for /dev/vhost-net (devices.kemu.dev/vhost-net),
 // healthy while the node exists and is a character device.
 func VhostNet(dir string) *Plugin {
-	return &Plugin{ResourceName: "devices.kemu.dev/vhost-net", DevicePath: "/dev/vhost-net", Dir: dir}
+	return &Plugin{ResourceName: string(launcherpod.ResourceVhostNet), DevicePath: "/dev/vhost-net", Dir: dir}
 }
 
 // KVM is the plugin for /dev/kvm (devices.kemu.dev/kvm). It is healthy while
@@ -114,7 +116,7 @@ func VhostNet(dir string) *Plugin {
 // nil probe means the device node alone decides.
 func KVM(dir string, probe func() bool) *Plugin {
 	const dev = "/dev/kvm"
-	return &Plugin{ResourceName: "devices.kemu.dev/kvm", DevicePath: dev, Dir: dir, Health: probedDevice(dev, probe)}
+	return &Plugin{ResourceName: string(launcherpod.ResourceKVM), DevicePath: dev, Dir: dir, Health: probedDevice(dev, probe)}
 }
 
 // probedDevice is healthy while path is a character device and probe, asked

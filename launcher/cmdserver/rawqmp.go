@@ -12,36 +12,32 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/qmp"
 )
 
-// AllowRawQMPFlag names the debugging flag (of kemu-launcher and kemuctl
-// run) that lets the Qmp RPC pass any command to QEMU and keeps the
-// launcher's second QMP socket. The controller never sets it.
-const AllowRawQMPFlag = "allow-raw-qmp"
-
 // readOnlyQMP are the commands besides query-* that the Qmp RPC passes
-// without AllowRawQMPFlag: they only list QEMU's object model. Left out on
+// without launcherpod.FlagAllowRawQMP: they only list QEMU's object model. Left out on
 // purpose: qom-get (object properties may hold secrets), device-list-
 // properties and qom-list-properties (they instantiate objects), and
 // human-monitor-command (HMP can do anything).
 var readOnlyQMP = []string{"qom-list", "qom-list-types"}
 
-// ReadOnlyQMP says whether the Qmp RPC passes cmd without AllowRawQMPFlag:
+// ReadOnlyQMP says whether the Qmp RPC passes cmd without launcherpod.FlagAllowRawQMP:
 // QEMU's query-* commands and readOnlyQMP.
 func ReadOnlyQMP(cmd string) bool {
 	return strings.HasPrefix(cmd, "query-") || slices.Contains(readOnlyQMP, cmd)
 }
 
-// rawQMPMembers are the members a command may have without AllowRawQMPFlag
+// rawQMPMembers are the members a command may have without launcherpod.FlagAllowRawQMP
 // (exec-oob, control or anything else QEMU might grow are refused).
 var rawQMPMembers = []string{"execute", "arguments", "id"}
 
 // CheckRawQMP parses one raw QMP command (a JSON object with "execute") and
 // decides whether the Qmp RPC may pass it: any command with allowRaw, else
 // only ReadOnlyQMP ones. Errors are InvalidArgument (not a command) or
-// PermissionDenied naming the command and AllowRawQMPFlag.
+// PermissionDenied naming the command and launcherpod.FlagAllowRawQMP.
 func CheckRawQMP(commandJSON string, allowRaw bool) (name string, err error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(commandJSON), &obj); err != nil {
@@ -60,19 +56,19 @@ func CheckRawQMP(commandJSON string, allowRaw bool) (name string, err error) {
 	for k := range obj {
 		if !slices.Contains(rawQMPMembers, k) {
 			return name, status.Errorf(codes.PermissionDenied, "%q with member %q: without --%s the launcher passes only the members %s",
-				name, k, AllowRawQMPFlag, strings.Join(rawQMPMembers, ", "))
+				name, k, launcherpod.FlagAllowRawQMP, strings.Join(rawQMPMembers, ", "))
 		}
 	}
 	if !ReadOnlyQMP(name) {
 		return name, status.Errorf(codes.PermissionDenied,
 			"%q is not a read-only command: without --%s the launcher passes only query-*, %s; change the VM with the launcher's own RPCs (Pause, Reset, Shutdown, ...)",
-			name, AllowRawQMPFlag, strings.Join(readOnlyQMP, ", "))
+			name, launcherpod.FlagAllowRawQMP, strings.Join(readOnlyQMP, ", "))
 	}
 	return name, nil
 }
 
 // RemoveDebugQMP is a launcher pre-start hook (QEMU started, paused) for a
-// launcher without AllowRawQMPFlag: it unlinks QEMU's second QMP socket at
+// launcher without launcherpod.FlagAllowRawQMP: it unlinks QEMU's second QMP socket at
 // path, so that nothing (a process in the launcher's container, the host)
 // can connect to it and bypass the Qmp RPC's allowlist, and makes sure no
 // client got connected before: QEMU's query-chardev names the socket

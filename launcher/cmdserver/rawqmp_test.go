@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
@@ -66,7 +67,7 @@ func TestQmpRefusedWithoutTheFlag(t *testing.T) {
 		if allow {
 			wantCode(t, err, codes.FailedPrecondition, "Sync first")
 		} else {
-			wantCode(t, err, codes.PermissionDenied, "system_reset", "--"+cmdserver.AllowRawQMPFlag)
+			wantCode(t, err, codes.PermissionDenied, "system_reset", "--"+launcherpod.FlagAllowRawQMP)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher"
@@ -94,7 +95,7 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	}
 	if want := s.opts.VMIUID; want != "" && vmi.UID != want {
 		return nil, status.Errorf(codes.FailedPrecondition, "metadata.uid: this launcher was started for VMI uid %q (--%s), not VMI %s uid %q",
-			want, VMIUIDFlag, klog.KObj(vmi), vmi.UID)
+			want, launcherpod.FlagVMIUID, klog.KObj(vmi), vmi.UID)
 	}
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
@@ -492,7 +493,7 @@ func (s *Server) Qmp(ctx context.Context, req *rpc.QmpRequest) (*rpc.QmpResponse
 	name, err := CheckRawQMP(cmd, s.opts.AllowRawQMP)
 	if err != nil {
 		if status.Code(err) == codes.PermissionDenied {
-			klog.InfoS("Refused a raw QMP command", "command", name, "flag", "--"+AllowRawQMPFlag)
+			klog.InfoS("Refused a raw QMP command", "command", name, "flag", "--"+launcherpod.FlagAllowRawQMP)
 		}
 		return nil, err
 	}

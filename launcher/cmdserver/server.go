@@ -95,23 +95,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
-// Socket file names in the sockets directory.
-const (
-	InitSocketName = "launcher-init.sock"
-	SocketName     = "launcher.sock"
-)
-
 // APIVersion is the command API version this server speaks.
 const APIVersion = "v1"
-
-// VMIUIDFlag names kemu-launcher's flag that sets Options.VMIUID (the
-// controller's launcher Pod template passes --vmi-uid=<VMI UID>).
-const VMIUIDFlag = "vmi-uid"
 
 // MaxRecvMsgSize bounds a request; larger ones answer ResourceExhausted.
 const MaxRecvMsgSize = 16 << 20
@@ -120,7 +111,7 @@ const MaxRecvMsgSize = 16 << 20
 const maxUnixPath = 107
 
 // SocketPath is the ready socket's path in a sockets directory.
-func SocketPath(socketsDir string) string { return filepath.Join(socketsDir, SocketName) }
+func SocketPath(socketsDir string) string { return filepath.Join(socketsDir, launcherpod.Socket) }
 
 // Options configure a Server.
 type Options struct {
@@ -144,7 +135,7 @@ type Options struct {
 	// QEMU's second (debug) QMP socket; without it the Qmp RPC passes only
 	// read-only commands (ReadOnlyQMP) and the debug socket is removed
 	// before the guest runs (RemoveDebugQMP). For debugging only
-	// (AllowRawQMPFlag); the controller never sets it.
+	// (launcherpod.FlagAllowRawQMP); the controller never sets it.
 	AllowRawQMP bool
 }
 
@@ -246,7 +237,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if dir == "" {
 		return errors.New("cmdserver: no sockets directory")
 	}
-	initPath, final := filepath.Join(dir, InitSocketName), SocketPath(dir)
+	initPath, final := filepath.Join(dir, launcherpod.InitSocket), SocketPath(dir)
 	if len(initPath) > maxUnixPath {
 		return fmt.Errorf("cmdserver: socket path %s is longer than %d bytes", initPath, maxUnixPath)
 	}
@@ -316,7 +307,7 @@ func (s *Server) Stop() {
 	}
 	if s.lis != nil {
 		os.Remove(SocketPath(s.opts.SocketsDir))
-		os.Remove(filepath.Join(s.opts.SocketsDir, InitSocketName))
+		os.Remove(filepath.Join(s.opts.SocketsDir, launcherpod.InitSocket))
 	}
 }
 

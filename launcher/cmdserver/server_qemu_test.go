@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
@@ -236,7 +237,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	// second QMP socket to go around that.
 	for _, cmd := range []string{`{"execute":"stop"}`, `{"execute":"human-monitor-command","arguments":{"command-line":"stop"}}`} {
 		_, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: cmd})
-		wantCode(t, err, codes.PermissionDenied, "--"+cmdserver.AllowRawQMPFlag)
+		wantCode(t, err, codes.PermissionDenied, "--"+launcherpod.FlagAllowRawQMP)
 	}
 	if d, _ := c.GetDomain(ctx, &rpc.Empty{}); d.GetDomain().GetState() != "Running" {
 		t.Errorf("after refused commands: %v", d)

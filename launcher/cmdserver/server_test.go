@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/test/testguest"
@@ -108,7 +109,7 @@ func TestReadinessRenameAndStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stale sockets of a crashed launcher: bound, nobody listening.
-	for _, name := range []string{cmdserver.InitSocketName, cmdserver.SocketName} {
+	for _, name := range []string{launcherpod.InitSocket, launcherpod.Socket} {
 		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
 		if err != nil {
 			t.Fatal(err)
@@ -137,7 +138,7 @@ func TestReadinessRenameAndStaleSocket(t *testing.T) {
 	if st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode %v, want a socket with 0600", st.Mode())
 	}
-	if _, err := os.Stat(filepath.Join(dir, cmdserver.InitSocketName)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, launcherpod.InitSocket)); !os.IsNotExist(err) {
 		t.Errorf("launcher-init.sock still there: %v", err)
 	}
 	c, _ := dial(t, s.Socket())

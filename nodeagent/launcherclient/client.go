@@ -33,21 +33,12 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
 // APIVersion is the command API version the node agent speaks.
 const APIVersion = "v1"
-
-// Socket names in the launcher's sockets directory (launcher/cmdserver):
-// the launcher listens on InitSocket and renames it to Socket once it
-// answers.
-const (
-	InitSocket = "launcher-init.sock"
-	Socket     = "launcher.sock"
-	// SocketsVolume is the launcher Pod's emptyDir (controller/template).
-	SocketsVolume = "sockets"
-)
 
 // SocketsDir is the host path of a launcher Pod's sockets emptyDir:
 // <kubeletRoot>/pods/<podUID>/volumes/kubernetes.io~empty-dir/sockets.
@@ -59,7 +50,7 @@ func SocketsDir(kubeletRoot string, podUID types.UID) string {
 // It names the socket in messages; the client never opens this path as
 // such (Target resolves it without following symlinks).
 func SocketPath(kubeletRoot string, podUID types.UID) string {
-	return filepath.Join(SocketsDir(kubeletRoot, podUID), Socket)
+	return filepath.Join(SocketsDir(kubeletRoot, podUID), launcherpod.Socket)
 }
 
 // Ready says whether the target's launcher.sock is there and is a socket

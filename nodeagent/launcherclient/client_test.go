@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
@@ -110,7 +111,7 @@ func helperServe(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	lis, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir, Socket))
+	lis, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir, launcherpod.Socket))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -321,7 +322,7 @@ func serveIn(t *testing.T, cgroupDir, socketsDir, vmiUID string, total, breakEve
 		t.Fatal(err)
 	}
 	cmd, out, done := start(t, cgroupDir, 0, "serve", socketsDir, vmiUID, fmt.Sprint(total), fmt.Sprint(breakEvery))
-	h := &helper{cmd: cmd, out: out, done: done, socket: filepath.Join(socketsDir, Socket)}
+	h := &helper{cmd: cmd, out: out, done: done, socket: filepath.Join(socketsDir, launcherpod.Socket)}
 	t.Cleanup(h.kill)
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		select {
@@ -399,7 +400,7 @@ func TestVerify(t *testing.T) {
 				a, b := newPod(t, root), newPod(t, root)
 				victim := serveIn(t, cg.pod(b.uid, false), b.sockets, string(a.vmiUID), 1, 1)
 				mkdirs(t, a.sockets)
-				symlink(t, victim.socket, filepath.Join(a.sockets, Socket))
+				symlink(t, victim.socket, filepath.Join(a.sockets, launcherpod.Socket))
 				return setup{target: a.target, watched: []*helper{victim}, noConnect: true}
 			},
 			want: ReasonSymlink, ready: "unverified", alive: "unverified",
@@ -414,7 +415,7 @@ func TestVerify(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				symlink(t, rel, filepath.Join(a.sockets, Socket))
+				symlink(t, rel, filepath.Join(a.sockets, launcherpod.Socket))
 				return setup{target: a.target, watched: []*helper{victim}, noConnect: true}
 			},
 			want: ReasonSymlink, ready: "unverified", alive: "unverified",
@@ -445,7 +446,7 @@ func TestVerify(t *testing.T) {
 			setup: func(t *testing.T, _ *cgroups, root string) setup {
 				a := newPod(t, root)
 				mkdirs(t, a.sockets)
-				if err := os.WriteFile(filepath.Join(a.sockets, Socket), []byte("x"), 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(a.sockets, launcherpod.Socket), []byte("x"), 0o600); err != nil {
 					t.Fatal(err)
 				}
 				return setup{target: a.target}
@@ -457,7 +458,7 @@ func TestVerify(t *testing.T) {
 			setup: func(t *testing.T, _ *cgroups, root string) setup {
 				a := newPod(t, root)
 				mkdirs(t, a.sockets)
-				if err := unix.Mkfifo(filepath.Join(a.sockets, Socket), 0o600); err != nil {
+				if err := unix.Mkfifo(filepath.Join(a.sockets, launcherpod.Socket), 0o600); err != nil {
 					t.Fatal(err)
 				}
 				return setup{target: a.target}
@@ -676,7 +677,7 @@ func TestNotThere(t *testing.T) {
 	}
 	l.SetUnlinkOnClose(false)
 	l.Close()
-	if err := os.Rename(l.Addr().String(), filepath.Join(p.sockets, Socket)); err != nil {
+	if err := os.Rename(l.Addr().String(), filepath.Join(p.sockets, launcherpod.Socket)); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := Ready(p.target); !ok || err != nil {

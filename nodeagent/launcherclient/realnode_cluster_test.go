@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -76,10 +77,10 @@ func TestRealKubelet(t *testing.T) {
 					Name: "compute", Image: cluster.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 					Command: []string{"/kemu/kemu-launcher", "--sockets-dir=/sockets", "--runtime-dir=/tmp/vm",
 						"--qemu-timeout=10m", "--pod-network=false", "--vmi-uid=" + string(p.vmiUID), "-v=4"},
-					VolumeMounts: []corev1.VolumeMount{{Name: SocketsVolume, MountPath: "/sockets"}, {Name: "kemu", MountPath: "/kemu", ReadOnly: true}},
+					VolumeMounts: []corev1.VolumeMount{{Name: launcherpod.SocketsVolume, MountPath: "/sockets"}, {Name: "kemu", MountPath: "/kemu", ReadOnly: true}},
 				}},
 				Volumes: []corev1.Volume{
-					{Name: SocketsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					{Name: launcherpod.SocketsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 					{Name: "kemu", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: bin}}},
 				},
 			},

@@ -1,6 +1,8 @@
 package launcherclient
 
 import (
+	"github.com/kemu-dev/kemu/api/launcherpod"
+
 	"bufio"
 	"context"
 	"errors"
@@ -111,7 +113,7 @@ const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RE
 // socketsDirNames are the names from the kubelet root down to a Pod's
 // sockets emptyDir.
 func socketsDirNames(podUID types.UID) []string {
-	return []string{"pods", string(podUID), "volumes", "kubernetes.io~empty-dir", SocketsVolume}
+	return []string{"pods", string(podUID), "volumes", "kubernetes.io~empty-dir", launcherpod.SocketsVolume}
 }
 
 // errNoSocket: the sockets directory is there, launcher.sock is not.
@@ -133,7 +135,7 @@ func (t Target) openSocket() (int, error) {
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: t.KubeletRoot, Err: err}
 	}
-	names := append(socketsDirNames(t.PodUID), Socket)
+	names := append(socketsDirNames(t.PodUID), launcherpod.Socket)
 	rel := ""
 	for i, name := range names {
 		last := i == len(names)-1

@@ -50,18 +50,10 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/worker"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
-)
-
-// Launcher Pod labels (controller/template; the node agent does not import
-// the cluster controllers).
-const (
-	appLabel       = "kemu.dev/app"
-	appLauncher    = "launcher"
-	createdByLabel = "kemu.dev/created-by"
-	vmiNameLabel   = "kemu.dev/vmi-name"
 )
 
 // Defaults.
@@ -194,7 +186,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}))
 	podFactory := informers.NewSharedInformerFactoryWithOptions(c.cfg.KubeClient, c.cfg.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = appLabel + "=" + appLauncher
+			o.LabelSelector = launcherpod.AppLabel + "=" + launcherpod.AppLauncher
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", c.cfg.NodeName).String()
 		}))
 	vmiInf := kemuFactory.Kemu().V1alpha1().VirtualMachineInstances()
@@ -289,7 +281,7 @@ func (c *Controller) enqueuePod(obj any) {
 		c.queue.Add(pod.Namespace + "/" + ref.Name)
 		return
 	}
-	if name := pod.Labels[vmiNameLabel]; name != "" {
+	if name := pod.Labels[launcherpod.VMINameLabel]; name != "" {
 		c.queue.Add(pod.Namespace + "/" + name)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -22,7 +23,7 @@ func TestEnqueuePod(t *testing.T) {
 	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: long, Namespace: "ns", UID: "uid-1"}}
 	owned := func(labelValue string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
-			Labels:          map[string]string{vmiNameLabel: labelValue},
+			Labels:          map[string]string{launcherpod.VMINameLabel: labelValue},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi, v1.SchemeGroupVersion.WithKind("VirtualMachineInstance"))}}}
 	}
 	for _, tc := range []struct {
@@ -32,7 +33,7 @@ func TestEnqueuePod(t *testing.T) {
 	}{
 		{"owner reference, hashed label", owned("aaaa-0123456789"), "ns/" + long},
 		{"deleted, final state unknown", cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: owned("x")}, "ns/" + long},
-		{"no owner: the label", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Labels: map[string]string{vmiNameLabel: "vm1"}}}, "ns/vm1"},
+		{"no owner: the label", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Labels: map[string]string{launcherpod.VMINameLabel: "vm1"}}}, "ns/vm1"},
 		{"another controller's Pod", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", Controller: &isController}}}}, ""},
 		{"not a Pod", "x", ""},

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
@@ -145,7 +146,7 @@ func (c *Controller) closeAll() {
 // status.launcherPod names, else any of its Pods here; without one in the
 // cache, the UID status.activePods records for this node.
 func (c *Controller) launcherPod(vmi *v1.VirtualMachineInstance) (*corev1.Pod, types.UID) {
-	pods, _ := c.podLister.Pods(vmi.Namespace).List(labels.SelectorFromSet(labels.Set{createdByLabel: string(vmi.UID)}))
+	pods, _ := c.podLister.Pods(vmi.Namespace).List(labels.SelectorFromSet(labels.Set{launcherpod.CreatedByLabel: string(vmi.UID)}))
 	var best *corev1.Pod
 	for _, p := range pods {
 		if p.Spec.NodeName != c.cfg.NodeName {

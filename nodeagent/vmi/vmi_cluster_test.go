@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/launcher/rpc"
@@ -253,7 +254,7 @@ func createVM(t *testing.T, ctx context.Context, kubeletRoot, name string, annot
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "virt-launcher-" + name, Namespace: "default", Labels: map[string]string{
-			appLabel: appLauncher, createdByLabel: string(created.UID), vmiNameLabel: name}},
+			launcherpod.AppLabel: launcherpod.AppLauncher, launcherpod.CreatedByLabel: string(created.UID), launcherpod.VMINameLabel: name}},
 		Spec: corev1.PodSpec{NodeName: testNode, Containers: []corev1.Container{{Name: "compute", Image: "kemu.local/launcher:test"}}},
 	}
 	pod, err = env.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
@@ -342,7 +343,7 @@ func (v *vm) startLauncher(t *testing.T, cgroupDir string, vmiUID types.UID) {
 		}
 	})
 	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		fi, err := os.Lstat(filepath.Join(v.sockets, launcherclient.Socket))
+		fi, err := os.Lstat(filepath.Join(v.sockets, launcherpod.Socket))
 		return err == nil && fi.Mode()&os.ModeSocket != 0, nil
 	})
 	if err != nil {
@@ -715,7 +716,7 @@ func TestLauncherVerification(t *testing.T) {
 	// a pause, which would pause the victim if it got through.
 	link := createVM(t, ctx, kubeletRoot, "hostile-link", map[string]string{v1.VMIPausedAnnotation: "true"})
 	link.mountSockets(t)
-	if err := os.Symlink(victimSocket, filepath.Join(link.sockets, launcherclient.Socket)); err != nil {
+	if err := os.Symlink(victimSocket, filepath.Join(link.sockets, launcherpod.Socket)); err != nil {
 		t.Fatal(err)
 	}
 	// The whole sockets volume is a symlink to the victim's.
@@ -838,7 +839,7 @@ func TestLauncherReplacedWhileRunning(t *testing.T) {
 		})
 	}
 	before := victim.domain(t, ctx)
-	sock := filepath.Join(tenant.sockets, launcherclient.Socket)
+	sock := filepath.Join(tenant.sockets, launcherpod.Socket)
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
 	}
