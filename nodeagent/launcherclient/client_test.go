@@ -576,7 +576,7 @@ func TestVerify(t *testing.T) {
 			}
 			if s.own != nil {
 				// Only Info went to the Pod's own (but wrong) launcher.
-				if got := s.own.lines("rpc "); len(got) != 1 || got[0] != "rpc /kemu.launcher.v1.Launcher/Info" {
+				if got := s.own.waitLines("rpc ", 1); len(got) != 1 || got[0] != "rpc /kemu.launcher.v1.Launcher/Info" {
 					t.Errorf("the launcher saw %v, want only Info", got)
 				}
 			}
@@ -787,7 +787,7 @@ func TestFollowResumes(t *testing.T) {
 	if len(seqs) != 10 || retries != 3 {
 		t.Errorf("seqs %v, %d retries", seqs, retries)
 	}
-	if got, want := strings.Join(h.lines("from "), ","), "from 0,from 4,from 7,from 10"; got != want {
+	if got, want := strings.Join(h.waitLines("from ", 4), ","), "from 0,from 4,from 7,from 10"; got != want {
 		t.Errorf("from_seq %s, want %s", got, want)
 	}
 }
