@@ -267,8 +267,19 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	waitFor(t, "the remote prompt", limit, sc, func(out string) bool {
 		return strings.Contains(out, "connected to launcher fakelauncher (API v1)") && strings.Contains(out, shellPrompt)
 	})
-	typeIn("sta\t")
-	waitFor(t, "sta<TAB> to complete", limit, sc, func(out string) bool { return strings.Contains(out, "status") })
+	// The remote shell may take its terminal to raw mode a moment after the
+	// prompt shows, discarding what was typed in between: type again
+	// (Ctrl-U clears the line) until the completion shows.
+	deadline := time.Now().Add(limit)
+	for attempt := 0; !strings.Contains(sc.String(), "status"); attempt++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for sta<TAB> to complete (%d attempts); the terminal shows:\n%q", attempt, sc.String())
+		}
+		typeIn("\x15sta\t")
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end) && !strings.Contains(sc.String(), "status"); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	typeIn("\r")
 	waitFor(t, "the status", limit, sc, func(out string) bool { return strings.Contains(out, "Running (Booted)") })
 	typeIn("exit\r")
