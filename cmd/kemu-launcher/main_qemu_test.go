@@ -22,24 +22,13 @@ import (
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup/netsetuptest"
-	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // --vmi-file starts the VM inside a pod network namespace, wiring the
 // default pod interface (masquerade); the socket becomes ready; SIGTERM
 // shuts the guest down, the launcher exits 0 and the namespace is as before.
 func TestVMIFileAndSIGTERM(t *testing.T) {
-	root, err := testguest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testguest.Paths(); err != nil {
-		t.Fatal(err)
-	}
-	bin := buildLauncher(t)
-	dir := shortDir(t)
-	vmi := filepath.Join(dir, "vmi.yaml")
-	if err := os.WriteFile(vmi, []byte(`apiVersion: kemu.dev/v1alpha1
+	root, bin, dir, vmi := launcherWithVMI(t, `apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachineInstance
 metadata: {name: kl}
 spec:
@@ -51,9 +40,7 @@ spec:
       - {name: root, disk: {bus: virtio}}
   volumes:
   - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	sockets := filepath.Join(dir, "s")

@@ -64,3 +64,24 @@ func TestBadVMIFlag(t *testing.T) {
 		t.Errorf("exit %v, output:\n%s", err, out)
 	}
 }
+
+// launcherWithVMI checks for the test guest, builds kemu-launcher and
+// writes manifest into a QEMU-reachable temp dir: the repo root (for oci:
+// paths), the binary, the dir and the manifest's path.
+func launcherWithVMI(t *testing.T, manifest string) (root, bin, dir, vmi string) {
+	t.Helper()
+	root, err := testguest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testguest.Paths(); err != nil {
+		t.Fatal(err)
+	}
+	bin = buildLauncher(t)
+	dir = shortDir(t)
+	vmi = filepath.Join(dir, "vmi.yaml")
+	if err := os.WriteFile(vmi, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return root, bin, dir, vmi
+}

@@ -10,25 +10,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // SIGTERM while the VM from --vmi-file is being started: the start is
 // cancelled (or the VM it started killed), nothing is left behind (no
 // QEMU, no runtime directory, no socket) and the exit status is 3, not 0.
 func TestSIGTERMDuringStart(t *testing.T) {
-	root, err := testguest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testguest.Paths(); err != nil {
-		t.Fatal(err)
-	}
-	bin := buildLauncher(t)
-	dir := shortDir(t)
-	vmi := filepath.Join(dir, "vmi.yaml")
-	if err := os.WriteFile(vmi, []byte(`apiVersion: kemu.dev/v1alpha1
+	root, bin, dir, vmi := launcherWithVMI(t, `apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachineInstance
 metadata: {name: early}
 spec:
@@ -40,9 +28,7 @@ spec:
       - {name: root, disk: {bus: virtio}}
   volumes:
   - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	run := filepath.Join(dir, "run")
