@@ -14,6 +14,7 @@ import (
 
 	"github.com/peterh/liner"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -158,6 +159,7 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 
 // interactive runs the prompt loop until exit, quit or end of input.
 func (s *shell) interactive(ctx context.Context) error {
+	waitForTerminalSize(os.Stdout, 2*time.Second)
 	line := liner.NewLiner()
 	defer line.Close()
 	line.SetCtrlCAborts(true)
@@ -375,4 +377,19 @@ func (i *interrupter) stop() {
 // interrupted reports whether ctx ended by Ctrl-C.
 func interrupted(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), errInterrupted)
+}
+
+// waitForTerminalSize waits, up to limit, until a terminal on f reports a
+// width. Under `kubectl exec -t` the container's terminal starts 0×0 until
+// the client's first resize arrives, and liner treats a terminal without
+// columns as no terminal at all (no raw mode, no completion, no history).
+func waitForTerminalSize(f *os.File, limit time.Duration) {
+	if !term.IsTerminal(int(f.Fd())) {
+		return
+	}
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if w, _, err := term.GetSize(int(f.Fd())); err != nil || w > 0 {
+			return
+		}
+	}
 }
