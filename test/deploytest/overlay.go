@@ -66,11 +66,11 @@ func OverlayWith(dir string, c *cluster.Cluster, tag string, cfg Config) (Ports,
 	if tag != "" {
 		images = fmt.Sprintf(`images:
   - name: kemu.local/kemu-controller
-    newTag: %[1]s
+    newTag: %[1]q
   - name: kemu.local/kemu-nodeagent
-    newTag: %[1]s
+    newTag: %[1]q
   - name: kemu.local/kemu-launcher
-    newTag: %[1]s
+    newTag: %[1]q
 `, tag)
 	}
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1

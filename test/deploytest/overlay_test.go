@@ -1,0 +1,47 @@
+package deploytest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kemu-dev/kemu/test/cluster"
+)
+
+// A tag is a string in the kustomization whatever it looks like: git describe
+// --always gives an all-digit short hash now and then, and kustomize refuses
+// a number where it wants a string.
+func TestOverlayQuotesTag(t *testing.T) {
+	for _, tag := range []string{"3958576", "1e5", "true", "v0.1.0-3-gabc", "null"} {
+		t.Run(tag, func(t *testing.T) {
+			dir := t.TempDir()
+			c := &cluster.Cluster{Host: "https://127.0.0.1:6443", Dir: dir, KubeletRootDir: "/var/lib/kubelet"}
+			if _, err := Overlay(dir, c, tag); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var k struct {
+				Images []struct {
+					Name   string `json:"name"`
+					NewTag string `json:"newTag"`
+				} `json:"images"`
+			}
+			if err := yaml.Unmarshal(b, &k); err != nil {
+				t.Fatalf("kustomization.yaml: %v", err)
+			}
+			if len(k.Images) != 3 {
+				t.Fatalf("images: %d entries, want 3", len(k.Images))
+			}
+			for _, im := range k.Images {
+				if im.NewTag != tag {
+					t.Errorf("%s: newTag %q, want %q", im.Name, im.NewTag, tag)
+				}
+			}
+		})
+	}
+}
