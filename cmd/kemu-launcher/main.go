@@ -38,6 +38,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/dropcaps"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/launcher/signals"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup"
 )
@@ -164,7 +165,7 @@ func run() int {
 		case d.State != "":
 			klog.InfoS("The VM's start was stopped", "state", d.State, "reason", d.Reason, "message", d.Message)
 		}
-		return 3
+		return signals.ExitStopped
 	}
 	l := srv.Launcher()
 	// Setup is over: keep only what stopping the VM needs (docs/deploy.md).
@@ -173,35 +174,27 @@ func run() int {
 		_, _ = l.Kill(ctx)
 		return 1
 	}
-	final := make(chan launcher.Domain, 1)
-	go func() {
-		d, _ := l.Wait(ctx)
-		final <- d
-	}()
-	var d launcher.Domain
-	select {
-	case d = <-final:
-	case sig := <-sigs:
-		klog.InfoS("Signal: shutting the VM down", "signal", sig, "grace", srv.Grace())
-		go func() {
-			if _, err := srv.ShutdownVM(ctx, 0); err != nil {
-				klog.ErrorS(err, "Shutdown")
-			}
-		}()
-		select {
-		case d = <-final:
-		case sig := <-sigs:
-			klog.InfoS("Second signal: killing QEMU", "signal", sig)
-			d, _ = l.Kill(ctx)
-		}
-	}
+	r := signals.Run(ctx, serverVM{Launcher: l, srv: srv}, signals.Options{
+		Signals: sigs,
+		Grace:   srv.Grace,
+		ShuttingDown: func(sig os.Signal, _ string, grace time.Duration) {
+			klog.InfoS("Signal: shutting the VM down", "signal", sig, "grace", grace)
+		},
+		ShutdownFailed: func(err error) { klog.ErrorS(err, "Shutdown") },
+		Killing:        func(sig os.Signal) { klog.InfoS("Second signal: killing QEMU", "signal", sig) },
+	})
+	d := r.Domain
 	klog.InfoS("VM ended", "state", d.State, "reason", d.Reason, "message", d.Message)
-	switch d.Reason {
-	case launcher.ReasonGuestShutdown:
-		return 0
-	case launcher.ReasonHostRequest:
-		return 3
-	default:
-		return 1
-	}
+	return r.Exit
+}
+
+// serverVM is the VM as the stop loop drives it: its graceful shutdown goes
+// through the command server, shared with the Shutdown RPC.
+type serverVM struct {
+	*launcher.Launcher
+	srv *cmdserver.Server
+}
+
+func (v serverVM) Shutdown(ctx context.Context, grace time.Duration) (launcher.Domain, error) {
+	return v.srv.ShutdownVM(ctx, grace)
 }

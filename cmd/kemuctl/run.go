@@ -23,15 +23,9 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/launcher/signals"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/qmp"
-)
-
-// Exit statuses of kemuctl run.
-const (
-	exitGuestPoweredOff = 0 // the guest shut itself down (or was asked to, and did)
-	exitFailed          = 1 // failed to start, or QEMU crashed
-	exitStopped         = 3 // the host stopped it: grace period ended, --timeout, a second Ctrl-C
 )
 
 type runOptions struct {
@@ -172,7 +166,7 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	cancelStart()
 	if err != nil {
 		say("failed to start: %v", err)
-		return exitError{exitFailed}
+		return exitError{signals.ExitFailed}
 	}
 	for _, p := range l.Phases {
 		say("  %-12s %s", p.Name, p.Took.Round(time.Microsecond))
@@ -229,58 +223,38 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 		go attachConsole(l, cmd.InOrStdin(), out)
 	}
 
-	grace := time.Duration(*l.VMI().Spec.TerminationGracePeriodSeconds) * time.Second
-	stopped := false
-	shutdown := func(why string) {
-		say("%s: ACPI power-down, grace period %s", why, grace)
-		go func() {
-			if _, err := l.Shutdown(ctx, grace); err != nil {
-				say("shutdown: %v", err)
-			}
-		}()
-	}
-	actionsDone := make(chan error, 1)
-	go func() { actionsDone <- runActions(ctx, l, o, say) }()
-	var timeout <-chan time.Time
-	if o.timeout > 0 {
-		timeout = time.After(o.timeout)
-	}
-	final := make(chan launcher.Domain, 1)
+	// --then's actions; a failed one stops QEMU at once.
+	stops := make(chan error, 1)
 	go func() {
-		d, _ := l.Wait(ctx)
-		final <- d
-	}()
-	for {
-		select {
-		case d := <-final:
-			say("ended: %s", d)
-			switch {
-			case d.Reason == launcher.ReasonGuestShutdown:
-				return nil
-			case d.Reason == launcher.ReasonHostRequest || stopped:
-				return exitError{exitStopped}
-			default:
-				return exitError{exitFailed}
-			}
-		case err := <-actionsDone:
-			if err != nil {
-				say("action failed: %v", err)
-				stopped = true
-				go l.Stop(ctx)
-			}
-		case <-timeout:
-			stopped = true
-			shutdown("--timeout reached")
-		case <-sigs:
-			if stopped {
-				say("second signal: stopping QEMU now")
-				go l.Kill(ctx)
-				continue
-			}
-			stopped = true
-			shutdown("interrupted")
+		if err := runActions(ctx, l, o, say); err != nil {
+			stops <- err
 		}
+	}()
+	shutdowns := make(chan string, 1)
+	if o.timeout > 0 {
+		t := time.AfterFunc(o.timeout, func() { shutdowns <- "--timeout reached" })
+		defer t.Stop()
 	}
+	grace := time.Duration(*l.VMI().Spec.TerminationGracePeriodSeconds) * time.Second
+	r := signals.Run(ctx, l, signals.Options{
+		Signals: sigs, Shutdowns: shutdowns, Stops: stops,
+		Grace:          func() time.Duration { return grace },
+		KillEachSignal: true, StopIsHost: true,
+		ShuttingDown: func(_ os.Signal, why string, grace time.Duration) {
+			if why == "" {
+				why = "interrupted"
+			}
+			say("%s: ACPI power-down, grace period %s", why, grace)
+		},
+		ShutdownFailed: func(err error) { say("shutdown: %v", err) },
+		Stopping:       func(err error) { say("action failed: %v", err) },
+		Killing:        func(os.Signal) { say("second signal: stopping QEMU now") },
+	})
+	say("ended: %s", r.Domain)
+	if r.Exit == signals.ExitPoweredOff {
+		return nil
+	}
+	return exitError{r.Exit}
 }
 
 // checkAction validates one --then action.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kemu-dev/kemu/launcher/signals"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -108,8 +109,8 @@ func TestRunSIGTERMShutsDownGracefully(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := exitOf(t, cmd, sc, 120*time.Second); code != exitGuestPoweredOff {
-		t.Fatalf("exit status %d, want %d (guest powered off)", code, exitGuestPoweredOff)
+	if code := exitOf(t, cmd, sc, 120*time.Second); code != signals.ExitPoweredOff {
+		t.Fatalf("exit status %d, want %d (guest powered off)", code, signals.ExitPoweredOff)
 	}
 	if !gone(pid) {
 		t.Errorf("QEMU %d still running", pid)
@@ -135,8 +136,8 @@ func TestRunSecondSIGTERMStopsButCleansUp(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := exitOf(t, cmd, sc, 60*time.Second); code != exitStopped {
-		t.Fatalf("exit status %d, want %d", code, exitStopped)
+	if code := exitOf(t, cmd, sc, 60*time.Second); code != signals.ExitStopped {
+		t.Fatalf("exit status %d, want %d", code, signals.ExitStopped)
 	}
 	if !gone(pid) {
 		t.Errorf("QEMU %d still running", pid)
