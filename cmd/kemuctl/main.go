@@ -1,41 +1,21 @@
 // Command kemuctl is kemu's command-line tool: it validates and converts
-// manifests, and (as kemu grows) runs VMs without a cluster and drives VMIs
-// in one.
+// manifests, runs VMs without a cluster and drives VMIs in one. This is
+// only its wiring: each command lives in a package under ctl/.
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/manifests"
 )
 
-// exitError carries an exit status without printing anything more.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
 func newRootCommand() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "kemuctl",
-		Short:         "kemuctl runs and manages kemu virtual machines",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(newValidateCommand(), newConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand(),
+	return cli.Root(manifests.NewValidateCommand(), manifests.NewConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand(),
 		newStartCommand(), newStopCommand(), newRestartCommand(),
 		newPauseCommand(), newUnpauseCommand(), newSoftRebootCommand(), newConsoleCommand())
-	return root
 }
 
-func main() {
-	if err := newRootCommand().Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "kemuctl:", err)
-		os.Exit(2)
-	}
-}
+func main() { os.Exit(cli.Execute(newRootCommand(), os.Stderr)) }

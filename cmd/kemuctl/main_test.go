@@ -1,126 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 )
 
 // run executes kemuctl with args and stdin, returning stdout, stderr and the
 // exit status main would use.
 func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := newRootCommand()
-	var out, errOut bytes.Buffer
-	cmd.SetArgs(args)
-	cmd.SetIn(strings.NewReader(stdin))
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	code := 0
-	if err := cmd.Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			code = ee.code
-		} else {
-			errOut.WriteString(err.Error())
-			code = 2
-		}
-	}
-	return out.String(), errOut.String(), code
-}
-
-func TestValidateExamplesAndTestdata(t *testing.T) {
-	files, _ := filepath.Glob("../../examples/*.yaml")
-	kv, _ := filepath.Glob("../../api/manifest/testdata/kubevirt/*")
-	files = append(files, kv...)
-	if len(files) < 3 {
-		t.Fatalf("only %d manifests found", len(files))
-	}
-	stdout, stderr, code := run(t, "", append([]string{"validate"}, files...)...)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
-	}
-	if n := strings.Count(stdout, ": valid\n"); n < len(files) {
-		t.Errorf("%d valid lines for %d files:\n%s", n, len(files), stdout)
-	}
-}
-
-func TestValidateReportsPaths(t *testing.T) {
-	stdout, _, code := run(t, "", "validate", "../../api/manifest/testdata/bad/unsupported.yaml")
-	if code != 1 {
-		t.Fatalf("exit %d, want 1", code)
-	}
-	for _, want := range []string{
-		"spec.domain.devices.gpus: Forbidden: kemu does not support this KubeVirt field",
-		"spec.volumes[0].dataVolume: Forbidden",
-		"spec.networks[1].multus: Forbidden",
-	} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("output lacks %q:\n%s", want, stdout)
-		}
-	}
-}
-
-func TestValidateStdinJSONAndMissingFile(t *testing.T) {
-	json := `{"apiVersion":"kemu.dev/v1alpha1","kind":"VirtualMachineInstanceMigration","metadata":{"name":"m"},"spec":{"vmiName":"vm"}}`
-	if out, errOut, code := run(t, json, "validate", "-"); code != 0 {
-		t.Errorf("stdin JSON: exit %d\n%s%s", code, out, errOut)
-	}
-	_, errOut, code := run(t, "", "validate", filepath.Join(t.TempDir(), "nope.yaml"))
-	if code != 1 || !strings.Contains(errOut, "nope.yaml") {
-		t.Errorf("missing file: exit %d, stderr %q", code, errOut)
-	}
-	if _, _, code := run(t, "", "validate"); code != 2 {
-		t.Errorf("no arguments: exit %d, want 2", code)
-	}
-}
-
-func TestConvert(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "vmi.yaml")
-	if err := os.WriteFile(src, []byte(`apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: vmi
-  resourceVersion: "12"
-  uid: 0b8c4e32-2bd4-4d8b-9f0b-3b5ea1f1f0d5
-spec:
-  domain:
-    memory: {guest: 128Mi}
-    clock: {utc: {}}
-    devices:
-      disks: [{name: root, disk: {bus: sata}}]
-  volumes:
-  - name: root
-    containerDisk: {image: "example/os:1"}
-status:
-  phase: Running
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stdout, stderr, code := run(t, "", "convert", src)
-	if code != 1 {
-		t.Errorf("exit %d, want 1 (clock cannot be carried over)", code)
-	}
-	if !strings.Contains(stderr, "spec.domain.clock: not carried over") {
-		t.Errorf("stderr does not report clock:\n%s", stderr)
-	}
-	for _, gone := range []string{"clock", "kubevirt.io", "resourceVersion", "uid:", "status"} {
-		if strings.Contains(stdout, gone) {
-			t.Errorf("converted manifest still has %q:\n%s", gone, stdout)
-		}
-	}
-	conv := filepath.Join(dir, "kemu.yaml")
-	if err := os.WriteFile(conv, []byte(stdout), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, code := run(t, "", "validate", conv); code != 0 {
-		t.Errorf("converted manifest does not validate: %s%s", out, errOut)
-	}
-	if out, _, code := run(t, "", "convert", "-o", "json", "../../api/manifest/testdata/kubevirt/vm-disks.json"); code != 0 || !strings.Contains(out, `"apiVersion": "kemu.dev/v1alpha1"`) {
-		t.Errorf("json output: exit %d\n%s", code, out)
-	}
+	return clitest.Run(t, newRootCommand(), stdin, args...)
 }

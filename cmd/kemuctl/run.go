@@ -19,6 +19,8 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/manifests"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
@@ -105,17 +107,17 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	vmi, err := readVMI(file, cmd.InOrStdin())
 	if err != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
-		return exitError{2}
+		return cli.ExitError{Code: 2}
 	}
 	nics, err := standaloneNICs(vmi, o.publish)
 	if err != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
-		return exitError{2}
+		return cli.ExitError{Code: 2}
 	}
 	for _, a := range o.then {
 		if err := checkAction(a); err != nil {
 			fmt.Fprintln(cmd.ErrOrStderr(), err)
-			return exitError{2}
+			return cli.ExitError{Code: 2}
 		}
 	}
 	dir := o.dir
@@ -141,7 +143,7 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	if err != nil {
 		os.RemoveAll(dir)
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
-		return exitError{2}
+		return cli.ExitError{Code: 2}
 	}
 
 	t0 := time.Now()
@@ -166,7 +168,7 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	cancelStart()
 	if err != nil {
 		say("failed to start: %v", err)
-		return exitError{signals.ExitFailed}
+		return cli.ExitError{Code: signals.ExitFailed}
 	}
 	for _, p := range l.Phases {
 		say("  %-12s %s", p.Name, p.Took.Round(time.Microsecond))
@@ -254,7 +256,7 @@ func runVMI(cmd *cobra.Command, file string, o runOptions) error {
 	if r.Exit == signals.ExitPoweredOff {
 		return nil
 	}
-	return exitError{r.Exit}
+	return cli.ExitError{Code: r.Exit}
 }
 
 // checkAction validates one --then action.
@@ -358,7 +360,7 @@ func attachConsole(l *launcher.Launcher, in io.Reader, out io.Writer) {
 
 // readVMI reads the one VirtualMachineInstance of a manifest.
 func readVMI(file string, stdin io.Reader) (*v1.VirtualMachineInstance, error) {
-	docs, err := readManifest(file, stdin)
+	docs, err := manifests.Read(file, stdin)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}

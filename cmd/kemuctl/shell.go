@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kemu-dev/kemu/ctl/cli"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -68,18 +69,18 @@ kubeconfig context's.`,
 			case "", "text", "json":
 			default:
 				fmt.Fprintf(errOut, "kemuctl shell: -o %q: want text or json\n", output)
-				return exitError{2}
+				return cli.ExitError{Code: 2}
 			}
 			if len(args) == 1 {
 				if socket != "" {
 					fmt.Fprintln(errOut, "kemuctl shell: give either --socket PATH or a VMI name, not both")
-					return exitError{2}
+					return cli.ExitError{Code: 2}
 				}
 				return runVMIShell(cmd, kubeconfig, namespace, args[0], commands, output == "json", cmd.Flags().Changed("command"))
 			}
 			if socket == "" {
 				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
-				return exitError{2}
+				return cli.ExitError{Code: 2}
 			}
 			return runShell(cmd, socket, commands, output == "json", cmd.Flags().Changed("command"))
 		},
@@ -109,12 +110,12 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 	errOut := cmd.ErrOrStderr()
 	if _, err := os.Stat(socket); err != nil {
 		fmt.Fprintf(errOut, "error: launcher socket: %v\n", err)
-		return exitError{1}
+		return cli.ExitError{Code: 1}
 	}
 	conn, err := grpc.NewClient("unix:"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		fmt.Fprintf(errOut, "error: %s\n", formatError(err))
-		return exitError{1}
+		return cli.ExitError{Code: 1}
 	}
 	defer conn.Close()
 	s := &shell{
@@ -136,7 +137,7 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 	}
 	if err != nil {
 		fmt.Fprintf(errOut, "error: %s\n", formatError(err))
-		return exitError{1}
+		return cli.ExitError{Code: 1}
 	}
 
 	if batch {
@@ -144,7 +145,7 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 			done, err := s.run(cmd.Context(), line)
 			if err != nil {
 				fmt.Fprintf(errOut, "error: %s\n", formatError(err))
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			if done {
 				break

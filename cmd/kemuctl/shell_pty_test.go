@@ -1,59 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 )
 
-// asMainEnv makes the test binary run kemuctl's main instead of the tests,
-// so that a test can start kemuctl as a process (here on a pseudo-terminal).
-const asMainEnv = "KEMUCTL_TEST_AS_MAIN"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(asMainEnv) == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// screen collects what a pseudo-terminal shows.
-type screen struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-// waitFor polls until cond holds, failing the test after limit.
-func waitFor(t *testing.T, what string, limit time.Duration, sc *screen, cond func(out string) bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond(sc.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; the terminal shows:\n%q", what, sc.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func TestMain(m *testing.M) { clitest.Main(m, newRootCommand) }
 
 // TestShellInteractive drives the interactive shell through a
 // pseudo-terminal: completion of its commands and of QEMU's, history,
@@ -64,7 +24,7 @@ func TestShellInteractive(t *testing.T) {
 	cache := t.TempDir()
 
 	cmd := exec.Command(os.Args[0], "shell", "--socket", sock)
-	cmd.Env = append(os.Environ(), asMainEnv+"=1", "TERM=xterm", "XDG_CACHE_HOME="+cache, "HOME="+cache)
+	cmd.Env = append(os.Environ(), clitest.AsMainEnv+"=1", "TERM=xterm", "XDG_CACHE_HOME="+cache, "HOME="+cache)
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +33,8 @@ func TestShellInteractive(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	defer func() { _ = cmd.Process.Kill() }() // an error once it exited
-	sc := &screen{}
-	go func() { _, _ = copyAll(sc, tty) }()
+	sc := &clitest.Screen{}
+	go func() { _, _ = clitest.CopyAll(sc, tty) }()
 	typeIn := func(s string) {
 		t.Helper()
 		if _, err := tty.WriteString(s); err != nil {
@@ -87,18 +47,18 @@ func TestShellInteractive(t *testing.T) {
 	}
 	states := count("state:")
 
-	waitFor(t, "the prompt", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "the prompt", limit, sc, func(out string) bool {
 		return strings.Contains(out, "connected to launcher fake (API v1)") && strings.Contains(out, shellPrompt)
 	})
 
 	// sta<TAB> completes to status.
 	mark := len(sc.String())
 	typeIn("sta\t")
-	waitFor(t, "sta<TAB> to complete to status", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "sta<TAB> to complete to status", limit, sc, func(out string) bool {
 		return strings.Contains(out[mark:], "status")
 	})
 	typeIn("\r")
-	waitFor(t, "the status", limit, sc, func(out string) bool { return states(out) == 1 && strings.Contains(out, "Running (Booted)") })
+	clitest.WaitFor(t, "the status", limit, sc, func(out string) bool { return states(out) == 1 && strings.Contains(out, "Running (Booted)") })
 	if f.called("GetDomain") != 1 {
 		t.Fatalf("GetDomain called %d times", f.called("GetDomain"))
 	}
@@ -106,45 +66,45 @@ func TestShellInteractive(t *testing.T) {
 	// Up recalls it.
 	typeIn("\x1b[A")
 	typeIn("\r")
-	waitFor(t, "the status recalled from the history", limit, sc, func(out string) bool { return states(out) == 2 })
+	clitest.WaitFor(t, "the status recalled from the history", limit, sc, func(out string) bool { return states(out) == 2 })
 
 	// qmp query-st<TAB> completes from QEMU's query-commands.
 	mark = len(sc.String())
 	typeIn("qmp query-st\t")
-	waitFor(t, "qmp query-st<TAB> to complete to query-status", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "qmp query-st<TAB> to complete to query-status", limit, sc, func(out string) bool {
 		return strings.Contains(out[mark:], "query-status")
 	})
 	typeIn("\r")
-	waitFor(t, "the QMP reply", limit, sc, func(out string) bool { return strings.Contains(out[mark:], `"status": "running"`) })
+	clitest.WaitFor(t, "the QMP reply", limit, sc, func(out string) bool { return strings.Contains(out[mark:], `"status": "running"`) })
 	if f.called(`qmp {"execute":"query-status"}`) != 1 || f.called(`qmp {"execute":"query-commands"}`) != 1 {
 		t.Fatalf("the launcher got %q", f.calls)
 	}
 
 	mark = len(sc.String())
 	typeIn("pause\r")
-	waitFor(t, "pause", limit, sc, func(out string) bool { return strings.Contains(out[mark:], "paused") })
+	clitest.WaitFor(t, "pause", limit, sc, func(out string) bool { return strings.Contains(out[mark:], "paused") })
 
 	// events follows until Ctrl-C, which ends it and not the shell.
 	mark = len(sc.String())
 	typeIn("events\r")
-	waitFor(t, "the events", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "the events", limit, sc, func(out string) bool {
 		return strings.Contains(out[mark:], "domain Paused (User)") && strings.Contains(out[mark:], "qmp STOP") &&
 			strings.Contains(out[mark:], `qmp RTC_CHANGE {"offset":1}`)
 	})
 	typeIn("\x03")
-	waitFor(t, "Ctrl-C to end the event stream", limit, sc, func(string) bool {
+	clitest.WaitFor(t, "Ctrl-C to end the event stream", limit, sc, func(string) bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.watchesDone == 1
 	})
 	mark = len(sc.String())
 	typeIn("status\r")
-	waitFor(t, "the prompt back after events", limit, sc, func(out string) bool { return strings.Contains(out[mark:], "Paused (User)") })
+	clitest.WaitFor(t, "the prompt back after events", limit, sc, func(out string) bool { return strings.Contains(out[mark:], "Paused (User)") })
 
 	// A failing command prints the gRPC error and the shell goes on.
 	mark = len(sc.String())
 	typeIn("pause\r")
-	waitFor(t, "the error", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "the error", limit, sc, func(out string) bool {
 		return strings.Contains(out[mark:], "error: FailedPrecondition: the domain is Paused, not Running")
 	})
 
@@ -163,20 +123,5 @@ func TestShellInteractive(t *testing.T) {
 	}
 	if !strings.Contains(string(history), "qmp query-status") || !strings.Contains(string(history), "events") {
 		t.Errorf("history file:\n%s", history)
-	}
-}
-
-func copyAll(dst *screen, src *os.File) (int64, error) {
-	buf := make([]byte, 4096)
-	var n int64
-	for {
-		m, err := src.Read(buf)
-		if m > 0 {
-			_, _ = dst.Write(buf[:m])
-			n += int64(m)
-		}
-		if err != nil {
-			return n, err
-		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/ctl/cli"
 )
 
 // vmOpTimeout bounds one start/stop/restart (a few API calls).
@@ -62,7 +63,7 @@ reached), 2 for a usage error.`,
 			cs, ns, err := clusterClient(kubeconfig, namespace)
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", verb, err)
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), vmOpTimeout)
 			defer cancel()
@@ -74,7 +75,7 @@ reached), 2 for a usage error.`,
 			}
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", verb, err)
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/ctl/cli"
 )
 
 // Defaults of pause, unpause and soft-reboot.
@@ -106,22 +107,22 @@ reached), 2 for a usage error.`,
 			errOut := cmd.ErrOrStderr()
 			if timeout <= 0 {
 				fmt.Fprintf(errOut, "kemuctl %s: --timeout %s: want a positive duration\n", r.verb, timeout)
-				return exitError{2}
+				return cli.ExitError{Code: 2}
 			}
 			cfg, ns, err := kubeConfig(kubeconfig, namespace)
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			cs, err := versioned.NewForConfig(cfg)
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			msg, err := r.run(cmd.Context(), cs, ns, args[0], waitDone, timeout)
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return nil

@@ -28,6 +28,7 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
+	"github.com/kemu-dev/kemu/ctl/cli"
 )
 
 // The launcher image's kemuctl and the launcher's command socket, as the
@@ -227,10 +228,10 @@ func (t *vmiTarget) execResult(verb string, errOut io.Writer, err error) error {
 		if ee.ExitStatus() == 0 {
 			return nil
 		}
-		return exitError{ee.ExitStatus()}
+		return cli.ExitError{Code: ee.ExitStatus()}
 	}
 	fmt.Fprintf(errOut, "kemuctl %s: %s: exec in its launcher Pod %s: %v\n", verb, t.ref, t.pod.Name, err)
-	return exitError{1}
+	return cli.ExitError{Code: 1}
 }
 
 func runVMIConsole(cmd *cobra.Command, kubeconfig, namespace, name string) error {
@@ -238,7 +239,7 @@ func runVMIConsole(cmd *cobra.Command, kubeconfig, namespace, name string) error
 	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, true)
 	if err != nil {
 		fmt.Fprintf(errOut, "kemuctl console: %v\n", err)
-		return exitError{1}
+		return cli.ExitError{Code: 1}
 	}
 	in := &escapeReader{r: cmd.InOrStdin(), escaped: make(chan struct{})}
 	if f, ok := cmd.InOrStdin().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -311,7 +312,7 @@ func runVMIShell(cmd *cobra.Command, kubeconfig, namespace, name, commands strin
 	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, false)
 	if err != nil {
 		fmt.Fprintf(errOut, "kemuctl shell: %v\n", err)
-		return exitError{1}
+		return cli.ExitError{Code: 1}
 	}
 	s := execStreams{in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: errOut}
 	inFile, inOK := s.in.(*os.File)

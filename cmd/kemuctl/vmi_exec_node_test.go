@@ -32,6 +32,7 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
+	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -247,12 +248,12 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	t0 = time.Now()
 	sc, exited, typeIn := startOnPTY(t, "console", "con", "--kubeconfig", c.Kubeconfig)
 	const limit = 30 * time.Second
-	waitFor(t, "the console", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "the console", limit, sc, func(out string) bool {
 		return strings.Contains(out, "connected to the serial console of VMI default/con; Ctrl-] leaves") &&
 			strings.Contains(out, "fake serial console ready")
 	})
 	typeIn("hi")
-	waitFor(t, "the echo of hi (raw mode)", limit, sc, func(out string) bool { return strings.Contains(out, "echo: hi") })
+	clitest.WaitFor(t, "the echo of hi (raw mode)", limit, sc, func(out string) bool { return strings.Contains(out, "echo: hi") })
 	typeIn("\x1d")
 	waitExit(t, "Ctrl-]", exited, sc, limit)
 	if !strings.Contains(sc.String(), "left the serial console") {
@@ -264,7 +265,7 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	// completion, exit.
 	t0 = time.Now()
 	sc, exited, typeIn = startOnPTY(t, "shell", "con", "--kubeconfig", c.Kubeconfig)
-	waitFor(t, "the remote prompt", limit, sc, func(out string) bool {
+	clitest.WaitFor(t, "the remote prompt", limit, sc, func(out string) bool {
 		return strings.Contains(out, "connected to launcher fakelauncher (API v1)") && strings.Contains(out, shellPrompt)
 	})
 	// The remote shell may take its terminal to raw mode a moment after the
@@ -281,7 +282,7 @@ func TestConsoleShellThroughPod(t *testing.T) {
 		}
 	}
 	typeIn("\r")
-	waitFor(t, "the status", limit, sc, func(out string) bool { return strings.Contains(out, "Running (Booted)") })
+	clitest.WaitFor(t, "the status", limit, sc, func(out string) bool { return strings.Contains(out, "Running (Booted)") })
 	typeIn("exit\r")
 	waitExit(t, "exit", exited, sc, limit)
 	t.Logf("interactive shell on a terminal in %s", time.Since(t0).Round(time.Millisecond))
@@ -301,11 +302,11 @@ func TestConsoleShellThroughPod(t *testing.T) {
 }
 
 // startOnPTY runs kemuctl (this test binary as main) on a pseudo-terminal.
-func startOnPTY(t *testing.T, args ...string) (*screen, chan error, func(string)) {
+func startOnPTY(t *testing.T, args ...string) (*clitest.Screen, chan error, func(string)) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	home := t.TempDir()
-	cmd.Env = append(os.Environ(), asMainEnv+"=1", "TERM=xterm", "HOME="+home, "XDG_CACHE_HOME="+home)
+	cmd.Env = append(os.Environ(), clitest.AsMainEnv+"=1", "TERM=xterm", "HOME="+home, "XDG_CACHE_HOME="+home)
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +314,8 @@ func startOnPTY(t *testing.T, args ...string) (*screen, chan error, func(string)
 	t.Cleanup(func() { _ = cmd.Process.Kill(); tty.Close() })
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	sc := &screen{}
-	go func() { _, _ = copyAll(sc, tty) }()
+	sc := &clitest.Screen{}
+	go func() { _, _ = clitest.CopyAll(sc, tty) }()
 	return sc, exited, func(s string) {
 		t.Helper()
 		if _, err := tty.WriteString(s); err != nil {
@@ -323,7 +324,7 @@ func startOnPTY(t *testing.T, args ...string) (*screen, chan error, func(string)
 	}
 }
 
-func waitExit(t *testing.T, what string, exited chan error, sc *screen, limit time.Duration) {
+func waitExit(t *testing.T, what string, exited chan error, sc *clitest.Screen, limit time.Duration) {
 	t.Helper()
 	select {
 	case err := <-exited:

@@ -22,6 +22,7 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned/fake"
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/ctl/cli"
 )
 
 // The exact commands run in the launcher Pod.
@@ -276,11 +277,11 @@ func TestExecResult(t *testing.T) {
 		t.Errorf("nil: %v", err)
 	}
 	err := tg.execResult("shell", &errOut, fmt.Errorf("stream: %w", utilexec.CodeExitError{Err: errors.New("command terminated with exit code 3"), Code: 3}))
-	if ee, ok := err.(exitError); !ok || ee.code != 3 || errOut.Len() != 0 {
+	if ee, ok := err.(cli.ExitError); !ok || ee.Code != 3 || errOut.Len() != 0 {
 		t.Errorf("exit 3: %v, %q", err, errOut.String())
 	}
 	err = tg.execResult("console", &errOut, errors.New("unable to upgrade connection: forbidden"))
-	if ee, ok := err.(exitError); !ok || ee.code != 1 ||
+	if ee, ok := err.(cli.ExitError); !ok || ee.Code != 1 ||
 		errOut.String() != "kemuctl console: VMI ns/a: exec in its launcher Pod kemu-launcher-a-12345: unable to upgrade connection: forbidden\n" {
 		t.Errorf("failure: %v, %q", err, errOut.String())
 	}

@@ -1,16 +1,15 @@
-package main
+package manifests
 
 import (
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kemu-dev/kemu/api/manifest"
+	"github.com/kemu-dev/kemu/ctl/cli"
 )
 
-func newValidateCommand() *cobra.Command {
+// NewValidateCommand is kemuctl validate.
+func NewValidateCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check kemu or KubeVirt manifests (YAML or JSON) and print every error with its field path",
@@ -23,7 +22,7 @@ path. The exit status is 1 if any document has an error.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bad := false
 			for _, name := range args {
-				docs, err := readManifest(name, cmd.InOrStdin())
+				docs, err := Read(name, cmd.InOrStdin())
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
 					bad = true
@@ -45,22 +44,9 @@ path. The exit status is 1 if any document has an error.`,
 				}
 			}
 			if bad {
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			return nil
 		},
 	}
-}
-
-// readManifest reads the documents of a file, or of stdin for "-".
-func readManifest(name string, stdin io.Reader) ([]*manifest.Document, error) {
-	if name == "-" {
-		return manifest.Read(stdin)
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return manifest.Read(f)
 }

@@ -1,4 +1,4 @@
-package main
+package manifests
 
 import (
 	"encoding/json"
@@ -8,9 +8,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kemu-dev/kemu/api/manifest"
+	"github.com/kemu-dev/kemu/ctl/cli"
 )
 
-func newConvertCommand() *cobra.Command {
+// NewConvertCommand is kemuctl convert.
+func NewConvertCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "convert FILE...",
@@ -30,7 +32,7 @@ left out or an error remains.`,
 			bad := false
 			first := true
 			for _, name := range args {
-				docs, err := readManifest(name, cmd.InOrStdin())
+				docs, err := Read(name, cmd.InOrStdin())
 				if err != nil {
 					fmt.Fprintf(stderr, "%s: %v\n", name, err)
 					bad = true
@@ -71,7 +73,7 @@ left out or an error remains.`,
 				}
 			}
 			if bad {
-				return exitError{1}
+				return cli.ExitError{Code: 1}
 			}
 			return nil
 		},
