@@ -9,11 +9,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/local"
 	"github.com/kemu-dev/kemu/ctl/manifests"
 )
 
 func newRootCommand() *cobra.Command {
-	return cli.Root(manifests.NewValidateCommand(), manifests.NewConvertCommand(), newRunCommand(), newShellCommand(), newVersionCommand(),
+	return cli.Root(manifests.NewValidateCommand(), manifests.NewConvertCommand(), local.NewCommand(), newShellCommand(), newVersionCommand(),
 		newStartCommand(), newStopCommand(), newRestartCommand(),
 		newPauseCommand(), newUnpauseCommand(), newSoftRebootCommand(), newConsoleCommand())
 }

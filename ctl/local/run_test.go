@@ -1,9 +1,11 @@
-package main
+package local
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 )
 
@@ -76,4 +78,11 @@ spec:
 	if _, stderr, code := run(t, "", "run", "--then", "dance", "../../examples/vmi-testguest.yaml"); code != 2 || !strings.Contains(stderr, "dance") {
 		t.Errorf("bad --then: exit %d %q", code, stderr)
 	}
+}
+
+// run executes kemuctl run with args and stdin, returning stdout, stderr and
+// the exit status main would use.
+func run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	return clitest.Run(t, cli.Root(NewCommand()), stdin, args...)
 }
