@@ -11,10 +11,11 @@ import (
 	"github.com/kemu-dev/kemu/ctl/cli"
 	"github.com/kemu-dev/kemu/ctl/local"
 	"github.com/kemu-dev/kemu/ctl/manifests"
+	"github.com/kemu-dev/kemu/ctl/shell"
 )
 
 func newRootCommand() *cobra.Command {
-	return cli.Root(manifests.NewValidateCommand(), manifests.NewConvertCommand(), local.NewCommand(), newShellCommand(), newVersionCommand(),
+	return cli.Root(manifests.NewValidateCommand(), manifests.NewConvertCommand(), local.NewCommand(), shell.NewCommand(shell.ThroughPod{Socket: remoteSocket, Run: runVMIShell}), newVersionCommand(),
 		newStartCommand(), newStopCommand(), newRestartCommand(),
 		newPauseCommand(), newUnpauseCommand(), newSoftRebootCommand(), newConsoleCommand())
 }

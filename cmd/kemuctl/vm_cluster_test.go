@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
@@ -24,7 +25,6 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/vm"
 	"github.com/kemu-dev/kemu/test/cluster"
-	"k8s.io/client-go/tools/record"
 )
 
 // TestStartStopRestart runs kemuctl start, stop and restart against a real

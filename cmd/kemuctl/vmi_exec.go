@@ -29,6 +29,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/shell"
 )
 
 // The launcher image's kemuctl and the launcher's command socket, as the
@@ -288,7 +289,7 @@ func (e *escapeReader) Read(p []byte) (int, error) {
 	}
 	n, err := e.r.Read(p)
 	for i := range n {
-		if p[i] == consoleEscape {
+		if p[i] == shell.ConsoleEscape {
 			e.once.Do(func() { close(e.escaped) })
 			return i + 1, nil
 		}

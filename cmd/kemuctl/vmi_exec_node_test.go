@@ -33,6 +33,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/ctl/cli/clitest"
+	"github.com/kemu-dev/kemu/ctl/shell"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -233,8 +234,8 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	t0 = time.Now()
 	stdout, _ = kemuctl("hello\n", 0, "console", "con")
 	expect(stdout, fakeConsoleBanner+"echo: hello\n")
-	if d := time.Since(t0); d < consoleDrain {
-		t.Errorf("the console left %s after its input ended, before the output was quiet for %s", d, consoleDrain)
+	if d := time.Since(t0); d < shell.ConsoleDrain {
+		t.Errorf("the console left %s after its input ended, before the output was quiet for %s", d, shell.ConsoleDrain)
 	}
 	// Ctrl-] leaves at once (without waiting for the echo of what came
 	// before it); what follows it is not sent.
@@ -266,7 +267,7 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	t0 = time.Now()
 	sc, exited, typeIn = startOnPTY(t, "shell", "con", "--kubeconfig", c.Kubeconfig)
 	clitest.WaitFor(t, "the remote prompt", limit, sc, func(out string) bool {
-		return strings.Contains(out, "connected to launcher fakelauncher (API v1)") && strings.Contains(out, shellPrompt)
+		return strings.Contains(out, "connected to launcher fakelauncher (API v1)") && strings.Contains(out, shell.Prompt)
 	})
 	// The remote shell may take its terminal to raw mode a moment after the
 	// prompt shows, discarding what was typed in between: type again

@@ -1,4 +1,8 @@
-package main
+// Package shell is kemuctl shell: the debug shell on a launcher's command
+// server (a prompt with completion and history, or -c commands), its
+// commands and the serial console; kemuctl shell VMI runs it in the VMI's
+// launcher Pod (ThroughPod).
+package shell
 
 import (
 	"context"
@@ -26,8 +30,8 @@ import (
 // shellAPIVersion is the launcher command API version kemuctl speaks.
 const shellAPIVersion = "v1"
 
-// shellPrompt is the interactive prompt.
-const shellPrompt = "kemu> "
+// Prompt is the interactive prompt.
+const Prompt = "kemu> "
 
 // usageError is a mistake in what was typed, not an RPC failure.
 type usageError struct{ msg string }
@@ -38,60 +42,6 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 
 // errInterrupted is the cause of a command context cancelled by Ctrl-C.
 var errInterrupted = errors.New("interrupted")
-
-func newShellCommand() *cobra.Command {
-	var socket, commands, output, namespace, kubeconfig string
-	cmd := &cobra.Command{
-		Use:   "shell (--socket PATH | VMI [-n NAMESPACE] [--kubeconfig FILE])",
-		Short: "Open a debug shell on a launcher's command server",
-		Long: `Open a debug shell on a launcher's command server (its unix socket; kemuctl run
-prints it as "launcher socket: PATH").
-
-Commands: status, pause, resume, shutdown [grace], kill, reset, stats,
-agent ping|info, events, console, qmp <command> [json args], help, exit.
-With -c the commands (separated by ';') run without a prompt; the exit status is
-1 as soon as one fails. -o json prints the responses as JSON (protojson; qmp
-replies as QEMU sent them).
-
-kemuctl shell VMI runs the shell in the VMI's launcher Pod (container compute,
-through the Kubernetes exec API: the user needs create on pods/exec) as
-  kemuctl shell --socket ` + remoteSocket + `
-with -c and -o passed on; stdin, stdout and stderr pass through and the exit
-status is the remote shell's (1 when the VMI's launcher cannot be reached).
-Without -c on a terminal, the remote shell gets a terminal too (line editing,
-completion, Ctrl-C). The cluster is the one of --kubeconfig, else $KUBECONFIG,
-else ~/.kube/config (or the in-cluster config); the namespace is -n, else the
-kubeconfig context's.`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			errOut := cmd.ErrOrStderr()
-			switch output {
-			case "", "text", "json":
-			default:
-				fmt.Fprintf(errOut, "kemuctl shell: -o %q: want text or json\n", output)
-				return cli.ExitError{Code: 2}
-			}
-			if len(args) == 1 {
-				if socket != "" {
-					fmt.Fprintln(errOut, "kemuctl shell: give either --socket PATH or a VMI name, not both")
-					return cli.ExitError{Code: 2}
-				}
-				return runVMIShell(cmd, kubeconfig, namespace, args[0], commands, output == "json", cmd.Flags().Changed("command"))
-			}
-			if socket == "" {
-				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
-				return cli.ExitError{Code: 2}
-			}
-			return runShell(cmd, socket, commands, output == "json", cmd.Flags().Changed("command"))
-		},
-	}
-	cmd.Flags().StringVar(&socket, "socket", "", "the launcher's command socket")
-	cmd.Flags().StringVarP(&commands, "command", "c", "", "run these commands (separated by ';') and exit")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with VMI: the VMI's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "with VMI: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	return cmd
-}
 
 // shell is one session against a launcher.
 type shell struct {
@@ -188,7 +138,7 @@ func (s *shell) interactive(ctx context.Context) error {
 	}()
 
 	for {
-		text, err := line.Prompt(shellPrompt)
+		text, err := line.Prompt(Prompt)
 		if errors.Is(err, liner.ErrPromptAborted) {
 			continue
 		}

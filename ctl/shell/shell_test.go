@@ -1,4 +1,4 @@
-package main
+package shell
 
 import (
 	"context"
@@ -12,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -367,7 +370,7 @@ func TestShellArguments(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"by name without a cluster", []string{"shell", "myvm", "--kubeconfig", "/nonexistent/kubeconfig"}, 1, "kemuctl shell: kubeconfig: "},
+		{"by name", []string{"shell", "myvm", "-n", "ns", "-c", "status", "-o", "json"}, 1, `through the Pod: ns/myvm "status" batch=true json=true`},
 		{"name and socket", []string{"shell", "--socket", sock, "myvm"}, 2, "either --socket PATH or a VMI name"},
 		{"nothing", []string{"shell"}, 2, "--socket PATH is required"},
 		{"bad output", []string{"shell", "--socket", sock, "-o", "yaml", "-c", "status"}, 2, `-o "yaml"`},
@@ -456,4 +459,21 @@ func TestShellComplete(t *testing.T) {
 	if n := f.called(`qmp {"execute":"query-commands"}`); n != 1 {
 		t.Errorf("query-commands sent %d times, want once", n)
 	}
+}
+
+// newRoot is kemuctl with only the shell; shell VMI reports its arguments
+// instead of reaching a cluster (cmd/kemuctl tests the real one).
+func newRoot() *cobra.Command {
+	return cli.Root(NewCommand(ThroughPod{Socket: "/var/run/kemu/sockets/launcher.sock",
+		Run: func(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error {
+			fmt.Fprintf(cmd.ErrOrStderr(), "through the Pod: %s/%s %q batch=%v json=%v\n", namespace, name, commands, batch, jsonOut)
+			return cli.ExitError{Code: 1}
+		}}))
+}
+
+// run executes kemuctl shell with args and stdin, returning stdout, stderr
+// and the exit status main would use.
+func run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	return clitest.Run(t, newRoot(), stdin, args...)
 }

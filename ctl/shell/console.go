@@ -1,4 +1,4 @@
-package main
+package shell
 
 import (
 	"bytes"
@@ -16,12 +16,12 @@ import (
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
-// consoleEscape (Ctrl-]) leaves the console, as in telnet and virsh.
-const consoleEscape = 0x1d
+// ConsoleEscape (Ctrl-]) leaves the console, as in telnet and virsh.
+const ConsoleEscape = 0x1d
 
-// consoleDrain is how long the console keeps printing, once its input
+// ConsoleDrain is how long the console keeps printing, once its input
 // ended, after the last output.
-const consoleDrain = 500 * time.Millisecond
+const ConsoleDrain = 500 * time.Millisecond
 
 // console attaches the serial console: stdin to the guest (the terminal in
 // raw mode), the guest's output to stdout, until Ctrl-], the end of stdin
@@ -112,7 +112,7 @@ func (s *shell) console(parent context.Context, rest string) error {
 		case err := <-outDone:
 			return outputEnded(err)
 		case <-tick.C:
-			if time.Since(time.Unix(0, lastOutput.Load())) > consoleDrain {
+			if time.Since(time.Unix(0, lastOutput.Load())) > ConsoleDrain {
 				return nil
 			}
 		}
@@ -128,7 +128,7 @@ type inputEnd struct {
 
 // sendUntilEscape sends b up to the escape key; true if it was there.
 func sendUntilEscape(b []byte, send func([]byte) error) (bool, error) {
-	if i := bytes.IndexByte(b, consoleEscape); i >= 0 {
+	if i := bytes.IndexByte(b, ConsoleEscape); i >= 0 {
 		if i > 0 {
 			if err := send(b[:i]); err != nil {
 				return true, err

@@ -1,4 +1,4 @@
-package main
+package shell
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 )
 
-func TestMain(m *testing.M) { clitest.Main(m, newRootCommand) }
+func TestMain(m *testing.M) { clitest.Main(m, newRoot) }
 
 // TestShellInteractive drives the interactive shell through a
 // pseudo-terminal: completion of its commands and of QEMU's, history,
@@ -48,7 +48,7 @@ func TestShellInteractive(t *testing.T) {
 	states := count("state:")
 
 	clitest.WaitFor(t, "the prompt", limit, sc, func(out string) bool {
-		return strings.Contains(out, "connected to launcher fake (API v1)") && strings.Contains(out, shellPrompt)
+		return strings.Contains(out, "connected to launcher fake (API v1)") && strings.Contains(out, Prompt)
 	})
 
 	// sta<TAB> completes to status.

@@ -1,0 +1,73 @@
+package shell
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kemu-dev/kemu/ctl/cli"
+)
+
+// ThroughPod is kemuctl shell VMI: the shell run in the VMI's launcher Pod.
+type ThroughPod struct {
+	// Socket is the launcher's socket as the Pod's container sees it.
+	Socket string
+	// Run runs kemuctl shell --socket Socket in the Pod of the VMI name,
+	// with -c commands when batch, and -o json when jsonOut.
+	Run func(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error
+}
+
+// NewCommand is kemuctl shell; pod runs it through a VMI's launcher Pod.
+func NewCommand(pod ThroughPod) *cobra.Command {
+	var socket, commands, output, namespace, kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "shell (--socket PATH | VMI [-n NAMESPACE] [--kubeconfig FILE])",
+		Short: "Open a debug shell on a launcher's command server",
+		Long: `Open a debug shell on a launcher's command server (its unix socket; kemuctl run
+prints it as "launcher socket: PATH").
+
+Commands: status, pause, resume, shutdown [grace], kill, reset, stats,
+agent ping|info, events, console, qmp <command> [json args], help, exit.
+With -c the commands (separated by ';') run without a prompt; the exit status is
+1 as soon as one fails. -o json prints the responses as JSON (protojson; qmp
+replies as QEMU sent them).
+
+kemuctl shell VMI runs the shell in the VMI's launcher Pod (container compute,
+through the Kubernetes exec API: the user needs create on pods/exec) as
+  kemuctl shell --socket ` + pod.Socket + `
+with -c and -o passed on; stdin, stdout and stderr pass through and the exit
+status is the remote shell's (1 when the VMI's launcher cannot be reached).
+Without -c on a terminal, the remote shell gets a terminal too (line editing,
+completion, Ctrl-C). The cluster is the one of --kubeconfig, else $KUBECONFIG,
+else ~/.kube/config (or the in-cluster config); the namespace is -n, else the
+kubeconfig context's.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			errOut := cmd.ErrOrStderr()
+			switch output {
+			case "", "text", "json":
+			default:
+				fmt.Fprintf(errOut, "kemuctl shell: -o %q: want text or json\n", output)
+				return cli.ExitError{Code: 2}
+			}
+			if len(args) == 1 {
+				if socket != "" {
+					fmt.Fprintln(errOut, "kemuctl shell: give either --socket PATH or a VMI name, not both")
+					return cli.ExitError{Code: 2}
+				}
+				return pod.Run(cmd, kubeconfig, namespace, args[0], commands, output == "json", cmd.Flags().Changed("command"))
+			}
+			if socket == "" {
+				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
+				return cli.ExitError{Code: 2}
+			}
+			return runShell(cmd, socket, commands, output == "json", cmd.Flags().Changed("command"))
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "the launcher's command socket")
+	cmd.Flags().StringVarP(&commands, "command", "c", "", "run these commands (separated by ';') and exit")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with VMI: the VMI's namespace (default: the kubeconfig context's)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "with VMI: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	return cmd
+}
