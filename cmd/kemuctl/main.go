@@ -12,12 +12,13 @@ import (
 	"github.com/kemu-dev/kemu/ctl/local"
 	"github.com/kemu-dev/kemu/ctl/manifests"
 	"github.com/kemu-dev/kemu/ctl/shell"
+	"github.com/kemu-dev/kemu/ctl/verbs"
 )
 
 func newRootCommand() *cobra.Command {
-	return cli.Root(manifests.NewValidateCommand(), manifests.NewConvertCommand(), local.NewCommand(), shell.NewCommand(shell.ThroughPod{Socket: remoteSocket, Run: runVMIShell}), newVersionCommand(),
-		newStartCommand(), newStopCommand(), newRestartCommand(),
-		newPauseCommand(), newUnpauseCommand(), newSoftRebootCommand(), newConsoleCommand())
+	return cli.Root(append([]*cobra.Command{manifests.NewValidateCommand(), manifests.NewConvertCommand(),
+		local.NewCommand(), shell.NewCommand(verbs.ShellThroughPod()), newVersionCommand()},
+		verbs.Commands()...)...)
 }
 
 func main() { os.Exit(cli.Execute(newRootCommand(), os.Stderr)) }

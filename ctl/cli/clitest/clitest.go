@@ -7,13 +7,13 @@ import (
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // Run executes root with args and stdin, returning stdout, stderr and the
@@ -52,22 +52,7 @@ func Main(m *testing.M, root func() *cobra.Command) {
 }
 
 // Screen collects what a pseudo-terminal shows.
-type Screen struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *Screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *Screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
+type Screen = testguest.SyncBuffer
 
 // WaitFor polls until cond holds, failing the test after limit.
 func WaitFor(t *testing.T, what string, limit time.Duration, sc *Screen, cond func(out string) bool) {

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package verbs
 
 import (
 	"archive/tar"
@@ -37,8 +37,8 @@ import (
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
-// execTestImage is the launcher stand-in's image: a static kemuctl (this
-// package) at /usr/bin/kemuctl, as in the launcher image, and
+// execTestImage is the launcher stand-in's image: a static kemuctl
+// (cmd/kemuctl) at /usr/bin/kemuctl, as in the launcher image, and
 // testdata/fakelauncher, which serves the command API with canned answers
 // instead of running QEMU.
 const execTestImage = "kemu.local/test/kemuctl-exec:1"
@@ -49,7 +49,7 @@ const fakeConsoleBanner = "fake serial console ready\r\n"
 // buildExecTestImage builds both binaries statically and writes the image
 // as a `docker save` archive (which ctr images import reads).
 func buildExecTestImage(dir string) (string, error) {
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", dir+"/", ".", "./testdata/fakelauncher")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", dir+"/", "../../cmd/kemuctl", "./testdata/fakelauncher")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
@@ -142,7 +142,7 @@ func TestConsoleShellThroughPod(t *testing.T) {
 			AutomountServiceAccountToken:  vmTestPtr(false),
 			Containers: []corev1.Container{{
 				Name: launcherpod.ComputeContainer, Image: execTestImage, ImagePullPolicy: corev1.PullNever,
-				Command:      []string{"/usr/bin/fakelauncher", "--socket", remoteSocket},
+				Command:      []string{"/usr/bin/fakelauncher", "--socket", RemoteSocket},
 				VolumeMounts: []corev1.VolumeMount{{Name: launcherpod.SocketsVolume, MountPath: launcherpod.SocketsDir}},
 				// Ready once the image's kemuctl reaches the fake.
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{

@@ -1,5 +1,5 @@
 // Command fakelauncher stands in for kemu-launcher in kemuctl's node test
-// (vmi_exec_node_test.go): it serves the launcher's command API on a unix
+// (ctl/verbs/exec_node_test.go): it serves the launcher's command API on a unix
 // socket with canned answers (Info, GetDomain) and a serial console that
 // greets and echoes, so that the test needs no QEMU in its image. Built
 // statically into the test image next to a static kemuctl.

@@ -1,4 +1,8 @@
-package main
+// Package verbs is kemuctl's verbs on a cluster: start, stop and restart
+// a VirtualMachine; pause, unpause and soft-reboot a VirtualMachineInstance
+// (annotations the node agent carries out); console and shell VMI, run in
+// the VMI's launcher Pod through the Kubernetes exec API.
+package verbs
 
 import (
 	"context"
@@ -11,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
@@ -24,7 +27,8 @@ const vmOpTimeout = 30 * time.Second
 // vmOp changes a VM's run state; it returns what to tell the user.
 type vmOp func(ctx context.Context, cs versioned.Interface, ns, name string) (string, error)
 
-func newStartCommand() *cobra.Command {
+// NewStartCommand is kemuctl start.
+func NewStartCommand() *cobra.Command {
 	return newVMCommand("start", "Start a VirtualMachine", `start asks the VM controller to start the VM's VMI:
 runStrategy Halted becomes Always; Manual and RerunOnFailure get a Start request
 (a Manual VM whose VMI ended is restarted). A VM with runStrategy Always or Once
@@ -32,14 +36,16 @@ is started by the controller itself, so start refuses it, as it refuses a VM
 that runs already.`, startVM)
 }
 
-func newStopCommand() *cobra.Command {
+// NewStopCommand is kemuctl stop.
+func NewStopCommand() *cobra.Command {
 	return newVMCommand("stop", "Stop a VirtualMachine", `stop stops the VM's VMI: runStrategy Always, RerunOnFailure and Once become
 Halted (the controller deletes the VMI, which powers the guest off within its
 terminationGracePeriodSeconds); for Manual the VMI is deleted directly and the
 VM stays Manual.`, stopVM)
 }
 
-func newRestartCommand() *cobra.Command {
+// NewRestartCommand is kemuctl restart.
+func NewRestartCommand() *cobra.Command {
 	return newVMCommand("restart", "Restart a VirtualMachine", `restart replaces a running VM's VMI by a new one: it queues a Stop of the
 current VMI and a Start, then deletes the VMI; the VM controller creates the new
 one once the old one is gone. For runStrategy Always, RerunOnFailure and Manual;
@@ -88,18 +94,9 @@ reached), 2 for a usage error.`,
 
 // clusterClient returns a kemu client and the namespace to use.
 func clusterClient(kubeconfig, namespace string) (versioned.Interface, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	overrides := &clientcmd.ConfigOverrides{}
-	overrides.Context.Namespace = namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+	cfg, ns, err := kubeConfig(kubeconfig, namespace)
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, "", err
 	}
 	cs, err := versioned.NewForConfig(cfg)
 	if err != nil {

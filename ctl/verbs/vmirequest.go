@@ -1,4 +1,4 @@
-package main
+package verbs
 
 import (
 	"context"
@@ -48,7 +48,8 @@ type vmiRequest struct {
 // reports instead (for the timeout message).
 type vmiDoneFunc func(vmi *v1.VirtualMachineInstance) (bool, string)
 
-func newPauseCommand() *cobra.Command {
+// NewPauseCommand is kemuctl pause.
+func NewPauseCommand() *cobra.Command {
 	return newVMIRequestCommand(vmiRequest{
 		verb:  "pause",
 		short: "Pause a running VirtualMachineInstance",
@@ -61,7 +62,8 @@ error, as in KubeVirt.`,
 	})
 }
 
-func newUnpauseCommand() *cobra.Command {
+// NewUnpauseCommand is kemuctl unpause.
+func NewUnpauseCommand() *cobra.Command {
 	return newVMIRequestCommand(vmiRequest{
 		verb:  "unpause",
 		short: "Unpause a paused VirtualMachineInstance",
@@ -74,7 +76,8 @@ True. Unpausing a VMI that is not paused is an error, as in KubeVirt.`,
 	})
 }
 
-func newSoftRebootCommand() *cobra.Command {
+// NewSoftRebootCommand is kemuctl soft-reboot.
+func NewSoftRebootCommand() *cobra.Command {
 	return newVMIRequestCommand(vmiRequest{
 		verb:  "soft-reboot",
 		short: "Soft-reboot a running VirtualMachineInstance",
@@ -324,8 +327,9 @@ func planSoftReboot(vmi *v1.VirtualMachineInstance, ref string, now time.Time) (
 	}, nil
 }
 
-// kubeConfig returns the client config and namespace to use, as
-// clusterClient (vm.go) does.
+// kubeConfig returns the client config and namespace to use: those of
+// kubeconfig, else $KUBECONFIG, else ~/.kube/config (or in-cluster), and
+// namespace, else the context's.
 func kubeConfig(kubeconfig, namespace string) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package verbs
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package main
+package verbs
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,13 +24,15 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/ctl/cli/clitest"
+	"github.com/kemu-dev/kemu/ctl/shell"
 )
 
 // The exact commands run in the launcher Pod.
 func TestRemoteArgv(t *testing.T) {
 	const sock = "/var/run/kemu/sockets/launcher.sock"
-	if remoteSocket != sock {
-		t.Fatalf("remote socket %q, want %q", remoteSocket, sock)
+	if RemoteSocket != sock {
+		t.Fatalf("remote socket %q, want %q", RemoteSocket, sock)
 	}
 	for _, tc := range []struct {
 		name string
@@ -327,3 +330,18 @@ func TestLauncherCheck(t *testing.T) {
 		}
 	}
 }
+
+// newRoot is kemuctl with its cluster verbs and shell.
+func newRoot() *cobra.Command {
+	return cli.Root(append(Commands(), shell.NewCommand(ShellThroughPod()))...)
+}
+
+// run executes kemuctl's cluster verbs and shell with args and stdin,
+// returning stdout, stderr and the exit status main would use.
+func run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	return clitest.Run(t, newRoot(), stdin, args...)
+}
+
+// TestMain lets a test run this binary as kemuctl (clitest.AsMainEnv).
+func TestMain(m *testing.M) { clitest.Main(m, newRoot) }

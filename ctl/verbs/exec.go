@@ -1,4 +1,4 @@
-package main
+package verbs
 
 import (
 	"context"
@@ -36,7 +36,8 @@ import (
 // compute container sees them.
 const remoteKemuctl = "/usr/bin/kemuctl"
 
-var remoteSocket = path.Join(launcherpod.SocketsDir, launcherpod.Socket)
+// RemoteSocket is the launcher's command socket in the compute container.
+var RemoteSocket = path.Join(launcherpod.SocketsDir, launcherpod.Socket)
 
 // consoleDetachGrace is how long kemuctl console waits, after Ctrl-], for
 // the remote kemuctl to leave by itself before it closes the stream.
@@ -46,7 +47,7 @@ const consoleDetachGrace = 2 * time.Second
 // container for kemuctl shell VMI: the launcher image's kemuctl on the
 // launcher socket. batch passes commands with -c (even when empty).
 func remoteShellArgv(commands string, batch, jsonOut bool) []string {
-	argv := []string{remoteKemuctl, "shell", "--socket", remoteSocket}
+	argv := []string{remoteKemuctl, "shell", "--socket", RemoteSocket}
 	if batch {
 		argv = append(argv, "-c", commands)
 	}
@@ -62,13 +63,14 @@ func remoteShellArgv(commands string, batch, jsonOut bool) []string {
 // leaving at Ctrl-] or, once its stdin ended, when the output is quiet.
 func remoteConsoleArgv() []string { return remoteShellArgv("console", true, false) }
 
-func newConsoleCommand() *cobra.Command {
+// NewConsoleCommand is kemuctl console.
+func NewConsoleCommand() *cobra.Command {
 	var namespace, kubeconfig string
 	cmd := &cobra.Command{
 		Use:   "console VMI [-n NAMESPACE] [--kubeconfig FILE]",
 		Short: "Attach to a VirtualMachineInstance's serial console",
 		Long: `console attaches the terminal to the guest's serial console: it runs
-` + "`kemuctl shell --socket " + remoteSocket + " -c console`" + ` in the
+` + "`kemuctl shell --socket " + RemoteSocket + " -c console`" + ` in the
 VMI's launcher Pod (container ` + launcherpod.ComputeContainer + `) through the Kubernetes exec API (the user
 needs create on pods/exec) and passes stdin and stdout through. On a terminal,
 stdin is put in raw mode and Ctrl-] leaves; from a pipe, the console is left
@@ -306,9 +308,9 @@ func (e *escapeReader) wasEscaped() bool {
 	}
 }
 
-// runVMIShell is kemuctl shell VMI: the shell runs in the launcher Pod, on
+// RunShell is kemuctl shell VMI: the shell runs in the launcher Pod, on
 // a terminal there when this one is interactive on one.
-func runVMIShell(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error {
+func RunShell(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error {
 	errOut := cmd.ErrOrStderr()
 	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, false)
 	if err != nil {
@@ -379,4 +381,13 @@ func (s *termSizes) Next() *remotecommand.TerminalSize {
 func (s *termSizes) stop() {
 	signal.Stop(s.sig)
 	close(s.done)
+}
+
+// ShellThroughPod is kemuctl shell VMI as the shell command takes it.
+func ShellThroughPod() shell.ThroughPod { return shell.ThroughPod{Socket: RemoteSocket, Run: RunShell} }
+
+// Commands are kemuctl's verbs on a cluster, but shell VMI (ShellThroughPod).
+func Commands() []*cobra.Command {
+	return []*cobra.Command{NewStartCommand(), NewStopCommand(), NewRestartCommand(),
+		NewPauseCommand(), NewUnpauseCommand(), NewSoftRebootCommand(), NewConsoleCommand()}
 }
