@@ -762,29 +762,49 @@ func (l *Launcher) Unpause(ctx context.Context) error {
 // Reset resets the machine.
 func (l *Launcher) Reset(ctx context.Context) error { return l.mon.SystemReset(ctx) }
 
-// SoftReboot asks the guest OS to reboot itself: Ctrl+Alt+Delete on its
-// keyboard (Linux and Windows reboot cleanly; a guest may ignore it).
-func (l *Launcher) SoftReboot(ctx context.Context) error {
-	return l.mon.SendKey(ctx, 0, qmp.CtrlAltDelete...)
+// SoftReboot asks the guest OS to reboot itself: through the guest agent
+// (guest-shutdown mode=reboot) when it is connected, else Ctrl+Alt+Delete
+// on its keyboard (Linux and Windows reboot cleanly; a guest may ignore
+// it). It returns the method used.
+func (l *Launcher) SoftReboot(ctx context.Context) (PowerMethod, error) {
+	err := l.agentShutdown(ctx, qmp.ShutdownReboot)
+	if err == nil {
+		return MethodGuestAgent, nil
+	}
+	if !errors.Is(err, errNoAgent) {
+		klog.InfoS("The guest agent did not take the reboot; sending Ctrl+Alt+Delete", "err", err)
+	}
+	return MethodCtrlAltDelete, l.mon.SendKey(ctx, 0, qmp.CtrlAltDelete...)
 }
 
-// Shutdown presses the ACPI power button, again every 5 s, until the guest
-// powers off or grace ends; then asks QEMU to quit, and kills it if it does
-// not. It returns when QEMU is gone and everything is cleaned up.
+// Shutdown asks the guest to power off (GracefulShutdown) and returns the
+// final state.
 func (l *Launcher) Shutdown(ctx context.Context, grace time.Duration) (Domain, error) {
+	d, _, err := l.GracefulShutdown(ctx, grace)
+	return d, err
+}
+
+// GracefulShutdown asks the guest to power off — through the guest agent
+// (guest-shutdown mode=powerdown) when it is connected, else with the ACPI
+// power button — and presses the power button again every 5 s until the
+// guest powers off or grace ends; then asks QEMU to quit, and kills it if
+// it does not. It returns when QEMU is gone and everything is cleaned up,
+// with the method of the first request.
+func (l *Launcher) GracefulShutdown(ctx context.Context, grace time.Duration) (Domain, PowerMethod, error) {
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
 	tick := time.NewTicker(PowerdownInterval)
 	defer tick.Stop()
 	if l.Domain().State == StatePaused {
-		// A paused guest cannot see the power button.
+		// A paused guest can neither see the power button nor run its agent.
 		_ = l.mon.Cont(ctx)
 	}
-	l.pressPowerButton(ctx)
+	method := l.askPowerOff(ctx)
 	for waiting := true; waiting; {
 		select {
 		case <-l.finished:
-			return l.Wait(ctx)
+			d, err := l.Wait(ctx)
+			return d, method, err
 		case <-tick.C:
 			l.pressPowerButton(ctx)
 		case <-deadline.C:
@@ -793,8 +813,49 @@ func (l *Launcher) Shutdown(ctx context.Context, grace time.Duration) (Domain, e
 			waiting = false
 		}
 	}
-	klog.InfoS("Guest did not power off in time; quitting QEMU", "grace", grace)
-	return l.Stop(context.Background())
+	klog.InfoS("Guest did not power off in time; quitting QEMU", "grace", grace, "asked", method)
+	d, err := l.Stop(context.Background())
+	return d, method, err
+}
+
+// askPowerOff asks the guest once to power off: its agent if connected,
+// else (or if the agent refused) the ACPI power button.
+func (l *Launcher) askPowerOff(ctx context.Context) PowerMethod {
+	err := l.agentShutdown(ctx, qmp.ShutdownPowerdown)
+	if err == nil {
+		klog.InfoS("Asked the guest agent to power the guest off", "vmi", klog.KObj(l.vmi))
+		return MethodGuestAgent
+	}
+	if !errors.Is(err, errNoAgent) {
+		klog.InfoS("The guest agent did not take the power-off; pressing the ACPI power button", "err", err)
+	}
+	l.pressPowerButton(ctx)
+	return MethodACPI
+}
+
+// errNoAgent: the guest agent is not connected.
+var errNoAgent = errors.New("launcher: the guest agent is not connected")
+
+// agentShutdownTimeout bounds a guest-shutdown through the agent (its
+// synchronisation, and the wait for a refusal).
+const agentShutdownTimeout = 5 * time.Second
+
+// agentShutdown asks the guest through its agent, if it is connected.
+func (l *Launcher) agentShutdown(ctx context.Context, mode qmp.ShutdownMode) error {
+	l.mu.Lock()
+	a := l.agent
+	l.mu.Unlock()
+	if a == nil || !l.Domain().AgentConnected {
+		return errNoAgent
+	}
+	select {
+	case <-a.Done():
+		return errNoAgent
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentShutdownTimeout)
+	defer cancel()
+	return a.Shutdown(ctx, mode)
 }
 
 func (l *Launcher) pressPowerButton(ctx context.Context) {

@@ -2,44 +2,58 @@ package launcher
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
-// State is the domain's life as the launcher sees it.
-type State string
+// State is the domain's life as the launcher sees it: the command API's
+// enum (launcher/rpc), so the names are defined once for every process.
+type State = rpc.DomainState
 
 // Domain states.
 const (
-	StateStarting     State = "Starting"
-	StateRunning      State = "Running"
-	StatePaused       State = "Paused"
-	StateShuttingDown State = "ShuttingDown"
-	StateShutoff      State = "Shutoff"
-	StateMigrating    State = "Migrating"
+	StateUnspecified  = rpc.DomainState_DOMAIN_STATE_UNSPECIFIED // never a launcher's own state
+	StateStarting     = rpc.DomainState_Starting
+	StateRunning      = rpc.DomainState_Running
+	StatePaused       = rpc.DomainState_Paused
+	StateShuttingDown = rpc.DomainState_ShuttingDown
+	StateShutoff      = rpc.DomainState_Shutoff
+	StateMigrating    = rpc.DomainState_Migrating
 )
 
-// Reason says why the domain is in its state.
-type Reason string
+// Reason says why the domain is in its state (launcher/rpc's enum).
+type Reason = rpc.DomainReason
 
 // Reasons.
 const (
-	ReasonBooted        Reason = "Booted"
-	ReasonUnpaused      Reason = "Unpaused"
-	ReasonStartPaused   Reason = "StartStrategyPaused"
-	ReasonUser          Reason = "User"          // paused by a request
-	ReasonIOError       Reason = "IOError"       // paused by QEMU on a disk error
-	ReasonMigration     Reason = "Migration"     // paused for or by migration
-	ReasonACPI          Reason = "ACPIPowerdown" // power button pressed
-	ReasonGuestShutdown Reason = "GuestShutdown" // the guest powered off
-	ReasonHostRequest   Reason = "HostRequest"   // quit or kill by the launcher
-	ReasonCrashed       Reason = "Crashed"       // QEMU ended on its own, not by a guest power-off
-	ReasonFailedToStart Reason = "FailedToStart"
-	ReasonGuestPanicked Reason = "GuestPanicked"
-	ReasonGuestReset    Reason = "GuestReset"
-	ReasonUnknownPause  Reason = "Unknown"
+	ReasonUnspecified   = rpc.DomainReason_DOMAIN_REASON_UNSPECIFIED // none (yet)
+	ReasonBooted        = rpc.DomainReason_Booted
+	ReasonUnpaused      = rpc.DomainReason_Unpaused
+	ReasonStartPaused   = rpc.DomainReason_StartStrategyPaused
+	ReasonUser          = rpc.DomainReason_User          // paused by a request
+	ReasonIOError       = rpc.DomainReason_IOError       // paused by QEMU on a disk error
+	ReasonMigration     = rpc.DomainReason_Migration     // paused for or by migration
+	ReasonACPI          = rpc.DomainReason_ACPIPowerdown // power button pressed
+	ReasonGuestShutdown = rpc.DomainReason_GuestShutdown // the guest powered off
+	ReasonHostRequest   = rpc.DomainReason_HostRequest   // quit or kill by the launcher
+	ReasonCrashed       = rpc.DomainReason_Crashed       // QEMU ended on its own, not by a guest power-off
+	ReasonFailedToStart = rpc.DomainReason_FailedToStart
+	ReasonGuestPanicked = rpc.DomainReason_GuestPanicked
+	ReasonGuestReset    = rpc.DomainReason_GuestReset
+	ReasonUnknownPause  = rpc.DomainReason_Unknown
+)
+
+// PowerMethod is how the guest was asked to power off or reboot.
+type PowerMethod = rpc.PowerMethod
+
+// Power methods.
+const (
+	MethodGuestAgent    = rpc.PowerMethod_GuestAgent      // guest-shutdown through the guest agent
+	MethodACPI          = rpc.PowerMethod_ACPIPowerButton // QMP system_powerdown
+	MethodCtrlAltDelete = rpc.PowerMethod_CtrlAltDelete   // QMP send-key
 )
 
 // Domain is a snapshot of the domain's state.
@@ -79,7 +93,10 @@ type Interface struct {
 }
 
 func (d Domain) String() string {
-	s := fmt.Sprintf("%s (%s)", d.State, d.Reason)
+	s := d.State.String()
+	if d.Reason != ReasonUnspecified {
+		s += " (" + d.Reason.String() + ")"
+	}
 	if d.Message != "" {
 		s += ": " + d.Message
 	}
@@ -103,7 +120,7 @@ type domainState struct {
 
 func newDomainState(accel string) *domainState {
 	d := &domainState{changed: make(chan struct{})}
-	d.set(func(x *Domain) { x.State, x.Reason, x.Accel = StateStarting, "", accel })
+	d.set(func(x *Domain) { x.State, x.Reason, x.Accel = StateStarting, ReasonUnspecified, accel })
 	return d
 }
 

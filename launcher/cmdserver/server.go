@@ -159,6 +159,7 @@ type Server struct {
 	shutdownCh  chan struct{} // closed when a shutdown finished
 	shutdown    *launcher.Domain
 	shutErr     error
+	shutMethod  launcher.PowerMethod // how that shutdown asked the guest
 	shutOnce    bool
 	abandoned   bool               // Abandon was called: no VM may start
 	cancelStart context.CancelFunc // ends the start under way, if any
@@ -326,9 +327,16 @@ func (s *Server) Grace() time.Duration {
 // SIGTERM). Concurrent calls share one shutdown. ctx only bounds the wait:
 // the shutdown itself goes on if ctx ends.
 func (s *Server) ShutdownVM(ctx context.Context, grace time.Duration) (launcher.Domain, error) {
+	d, _, err := s.shutdownVM(ctx, grace)
+	return d, err
+}
+
+// shutdownVM is ShutdownVM, also saying how the guest was asked to power
+// off (unspecified if it was already off).
+func (s *Server) shutdownVM(ctx context.Context, grace time.Duration) (launcher.Domain, launcher.PowerMethod, error) {
 	l := s.Launcher()
 	if l == nil {
-		return launcher.Domain{}, status.Error(codes.FailedPrecondition, "no VM yet: Sync first")
+		return launcher.Domain{}, 0, status.Error(codes.FailedPrecondition, "no VM yet: Sync first")
 	}
 	if grace <= 0 {
 		grace = s.Grace()
@@ -340,15 +348,17 @@ func (s *Server) ShutdownVM(ctx context.Context, grace time.Duration) (launcher.
 		ch := s.shutdownCh
 		go func() {
 			var d launcher.Domain
+			var method launcher.PowerMethod
 			var err error
 			if l.Domain().State == launcher.StateShutoff {
 				d, err = l.Wait(context.Background())
 			} else {
 				klog.InfoS("Shutting the VM down", "grace", grace)
-				d, err = l.Shutdown(context.Background(), grace)
+				d, method, err = l.GracefulShutdown(context.Background(), grace)
+				klog.InfoS("VM shut down", "asked", method, "state", d.State, "reason", d.Reason)
 			}
 			s.mu.Lock()
-			s.shutdown, s.shutErr = &d, err
+			s.shutdown, s.shutErr, s.shutMethod = &d, err, method
 			s.mu.Unlock()
 			close(ch)
 		}()
@@ -359,9 +369,9 @@ func (s *Server) ShutdownVM(ctx context.Context, grace time.Duration) (launcher.
 	case <-ch:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return *s.shutdown, s.shutErr
+		return *s.shutdown, s.shutMethod, s.shutErr
 	case <-ctx.Done():
-		return l.Domain(), ctx.Err()
+		return l.Domain(), 0, ctx.Err()
 	}
 }
 
