@@ -40,12 +40,15 @@
 //     VMI whose metadata.uid is not Options.VMIUID (when set), before
 //     anything starts.
 //   - Pause (needs Running), Unpause (needs Paused), Reset (needs Running or
-//     Paused), SoftReboot (needs Running; Ctrl+Alt+Delete on the guest's
-//     keyboard): FailedPrecondition in another state, Unavailable once QEMU
-//     is gone.
-//   - Shutdown: ACPI power button until the grace period (request, else the
-//     server's override, else the VMI's) ends, then quit, then kill; returns
-//     the final domain. A client that goes away does not cut the grace
+//     Paused), SoftReboot (needs Running; the guest agent's guest-shutdown
+//     mode=reboot when it is connected, else Ctrl+Alt+Delete on the guest's
+//     keyboard; the reply names the method): FailedPrecondition in another
+//     state, Unavailable once QEMU is gone.
+//   - Shutdown: the guest agent's guest-shutdown mode=powerdown when it is
+//     connected, else the ACPI power button, which is pressed again until
+//     the grace period (request, else the server's override, else the VMI's)
+//     ends, then quit, then kill; returns the final domain and the method
+//     (shutdown_method). A client that goes away does not cut the grace
 //     period short. Kill: SIGKILL. Both answer the final state if the VM
 //     already ended.
 //   - GetDomain, GetStats (vCPU threads with their CPU time from /proc, block
