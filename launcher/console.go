@@ -2,9 +2,11 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -132,3 +134,16 @@ func (c *console) close() {
 	c.c.Close()
 	<-c.done
 }
+
+// Console attaches to the serial console: the guest's output from now on
+// and a writer to its input.
+func (l *Launcher) Console() (<-chan []byte, io.Writer, func(), error) {
+	if l.con == nil {
+		return nil, nil, nil, errors.New("launcher: the VMI has no serial console (autoattachSerialConsole: false)")
+	}
+	out, in, detach := l.con.Attach()
+	return out, in, detach, nil
+}
+
+// ConsoleLog is the path of the bounded serial console log.
+func (l *Launcher) ConsoleLog() string { return filepath.Join(l.cfg.Dir, "console.log") }

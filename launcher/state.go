@@ -1,45 +1,58 @@
 package launcher
 
 import (
-	"context"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
-// State is the domain's life as the launcher sees it.
-type State string
+// State is the domain's life as the launcher sees it: the command API's
+// enum (launcher/rpc), so the names are defined once for every process.
+type State = rpc.DomainState
 
 // Domain states.
 const (
-	StateStarting     State = "Starting"
-	StateRunning      State = "Running"
-	StatePaused       State = "Paused"
-	StateShuttingDown State = "ShuttingDown"
-	StateShutoff      State = "Shutoff"
-	StateMigrating    State = "Migrating"
+	StateUnspecified  = rpc.DomainState_DOMAIN_STATE_UNSPECIFIED // never a launcher's own state
+	StateStarting     = rpc.DomainState_Starting
+	StateRunning      = rpc.DomainState_Running
+	StatePaused       = rpc.DomainState_Paused
+	StateShuttingDown = rpc.DomainState_ShuttingDown
+	StateShutoff      = rpc.DomainState_Shutoff
+	StateMigrating    = rpc.DomainState_Migrating
 )
 
-// Reason says why the domain is in its state.
-type Reason string
+// Reason says why the domain is in its state (launcher/rpc's enum).
+type Reason = rpc.DomainReason
 
 // Reasons.
 const (
-	ReasonBooted        Reason = "Booted"
-	ReasonUnpaused      Reason = "Unpaused"
-	ReasonStartPaused   Reason = "StartStrategyPaused"
-	ReasonUser          Reason = "User"          // paused by a request
-	ReasonIOError       Reason = "IOError"       // paused by QEMU on a disk error
-	ReasonMigration     Reason = "Migration"     // paused for or by migration
-	ReasonACPI          Reason = "ACPIPowerdown" // power button pressed
-	ReasonGuestShutdown Reason = "GuestShutdown" // the guest powered off
-	ReasonHostRequest   Reason = "HostRequest"   // quit or kill by the launcher
-	ReasonCrashed       Reason = "Crashed"       // QEMU ended on its own, not by a guest power-off
-	ReasonFailedToStart Reason = "FailedToStart"
-	ReasonGuestPanicked Reason = "GuestPanicked"
-	ReasonGuestReset    Reason = "GuestReset"
-	ReasonUnknownPause  Reason = "Unknown"
+	ReasonUnspecified   = rpc.DomainReason_DOMAIN_REASON_UNSPECIFIED // none (yet)
+	ReasonBooted        = rpc.DomainReason_Booted
+	ReasonUnpaused      = rpc.DomainReason_Unpaused
+	ReasonStartPaused   = rpc.DomainReason_StartStrategyPaused
+	ReasonUser          = rpc.DomainReason_User          // paused by a request
+	ReasonIOError       = rpc.DomainReason_IOError       // paused by QEMU on a disk error
+	ReasonMigration     = rpc.DomainReason_Migration     // paused for or by migration
+	ReasonACPI          = rpc.DomainReason_ACPIPowerdown // power button pressed
+	ReasonGuestShutdown = rpc.DomainReason_GuestShutdown // the guest powered off
+	ReasonHostRequest   = rpc.DomainReason_HostRequest   // quit or kill by the launcher
+	ReasonCrashed       = rpc.DomainReason_Crashed       // QEMU ended on its own, not by a guest power-off
+	ReasonFailedToStart = rpc.DomainReason_FailedToStart
+	ReasonGuestPanicked = rpc.DomainReason_GuestPanicked
+	ReasonGuestReset    = rpc.DomainReason_GuestReset
+	ReasonUnknownPause  = rpc.DomainReason_Unknown
+)
+
+// PowerMethod is how the guest was asked to power off or reboot.
+type PowerMethod = rpc.PowerMethod
+
+// Power methods.
+const (
+	MethodGuestAgent    = rpc.PowerMethod_GuestAgent      // guest-shutdown through the guest agent
+	MethodACPI          = rpc.PowerMethod_ACPIPowerButton // QMP system_powerdown
+	MethodCtrlAltDelete = rpc.PowerMethod_CtrlAltDelete   // QMP send-key
 )
 
 // Domain is a snapshot of the domain's state.
@@ -79,7 +92,10 @@ type Interface struct {
 }
 
 func (d Domain) String() string {
-	s := fmt.Sprintf("%s (%s)", d.State, d.Reason)
+	s := d.State.String()
+	if d.Reason != ReasonUnspecified {
+		s += " (" + d.Reason.String() + ")"
+	}
 	if d.Message != "" {
 		s += ": " + d.Message
 	}
@@ -89,33 +105,163 @@ func (d Domain) String() string {
 	return s
 }
 
+// event is one input of the state machine: a lifecycle step of the
+// launcher, a QMP event (or QEMU's run state read after one), a guest agent
+// outcome, or QEMU's exit. Only the fields its kind names are read.
+type event struct {
+	kind eventKind
+
+	accel      string      // evAccel
+	interfaces []Interface // evNetwork
+	// evExec
+	pid            int
+	deviceCgroup   string
+	selinuxContext string
+	// evStatus: QEMU's run state (query-status)
+	status  string
+	running bool
+	// evShutdown: guest initiated; evShutdown, evPanicked, evStartFailed,
+	// evExited: the message
+	guest   bool
+	message string
+	// evAgent, evPauseAsked: the new value
+	on bool
+	// evExited: QEMU's exit status (-1: killed by a signal or unknown) and
+	// its last output, added to the message of a crash
+	code   int
+	detail string
+}
+
+type eventKind int
+
+const (
+	evAccel         eventKind = iota + 1 // the accelerator is chosen
+	evNetwork                            // the pod network is wired
+	evExec                               // QEMU runs (pid, cgroup, SELinux label)
+	evStartFailed                        // a start step failed
+	evBooted                             // the launcher resumed the guest (cont)
+	evStartPaused                        // left paused: startStrategy Paused
+	evIncoming                           // started waiting for an incoming migration
+	evResume                             // QMP RESUME
+	evStatus                             // QEMU's run state after STOP or lost events
+	evPowerdown                          // QMP POWERDOWN (the ACPI button)
+	evShutdown                           // QMP SHUTDOWN
+	evPanicked                           // QMP GUEST_PANICKED
+	evAgent                              // the guest agent answers (on) or not
+	evPauseAsked                         // a pause was asked (on) or an unpause
+	evHostRequested                      // the launcher asked QEMU to quit or killed it
+	evExited                             // QEMU exited
+)
+
+// memory is what the state machine keeps besides the Domain: why QEMU may
+// end, and whether a pause was asked for.
+type memory struct {
+	guestShutdown bool // SHUTDOWN with guest=true seen
+	hostRequested bool // quit or kill sent by the launcher
+	pauseAsked    bool
+}
+
+// transition is the state machine: the next Domain (and memory) after ev.
+// It is pure; domainState.handle is its only caller and the only writer of
+// the launcher's domain.
+func transition(d Domain, m memory, ev event) (Domain, memory) {
+	switch ev.kind {
+	case evAccel:
+		d.Accel = ev.accel
+	case evNetwork:
+		d.Interfaces = ev.interfaces
+	case evExec:
+		d.PID, d.DeviceCgroup, d.SELinuxContext = ev.pid, ev.deviceCgroup, ev.selinuxContext
+	case evStartFailed:
+		d.State, d.Reason, d.Message = StateShutoff, ReasonFailedToStart, ev.message
+	case evBooted:
+		d.State, d.Reason = StateRunning, ReasonBooted
+	case evStartPaused:
+		d.State, d.Reason = StatePaused, ReasonStartPaused
+	case evIncoming:
+		d.State, d.Reason, d.Message = StatePaused, ReasonMigration, "waiting for an incoming migration"
+	case evResume:
+		switch d.State {
+		case StateStarting:
+			d.State, d.Reason = StateRunning, ReasonBooted
+		case StatePaused, StateMigrating:
+			d.State, d.Reason, d.Message = StateRunning, ReasonUnpaused, ""
+		}
+	case evStatus:
+		if d.State == StateShuttingDown || d.State == StateShutoff {
+			break
+		}
+		switch {
+		case ev.running:
+			d.State, d.Reason = StateRunning, ReasonUnpaused
+		case ev.status == "shutdown":
+			d.State = StateShuttingDown
+		default:
+			d.State, d.Reason, d.Message = StatePaused, pauseReason(ev.status, m.pauseAsked), ""
+		}
+	case evPowerdown:
+		d.State, d.Reason = StateShuttingDown, ReasonACPI
+	case evShutdown:
+		reason := ReasonHostRequest
+		if ev.guest {
+			m.guestShutdown = true
+			reason = ReasonGuestShutdown
+		}
+		d.State, d.Reason, d.Message = StateShuttingDown, reason, ev.message
+	case evPanicked:
+		d.Reason, d.Message = ReasonGuestPanicked, ev.message
+	case evAgent:
+		d.AgentConnected = ev.on
+	case evPauseAsked:
+		m.pauseAsked = ev.on
+	case evHostRequested:
+		m.hostRequested = true
+	case evExited:
+		code := ev.code
+		d.State, d.Reason, d.Message = StateShutoff, exitReason(m.guestShutdown, m.hostRequested, code), ev.message
+		if d.Reason == ReasonCrashed && ev.detail != "" {
+			d.Message += ": " + ev.detail
+		}
+		d.ExitCode, d.PID, d.AgentConnected = &code, 0, false
+	}
+	return d, m
+}
+
 // maxHistory bounds the changes kept for watchers.
 const maxHistory = 1024
 
-// domainState holds the current Domain and its history for watchers.
+// domainState is the state machine's instance: the current Domain, its
+// memory and the history for watchers. handle is its only writer.
 type domainState struct {
 	mu      sync.Mutex
 	cur     Domain
+	mem     memory
 	history []Domain
 	first   int // Seq of history[0]
 	changed chan struct{}
 }
 
 func newDomainState(accel string) *domainState {
-	d := &domainState{changed: make(chan struct{})}
-	d.set(func(x *Domain) { x.State, x.Reason, x.Accel = StateStarting, "", accel })
-	return d
+	s := &domainState{changed: make(chan struct{})}
+	s.record(Domain{State: StateStarting, Accel: accel})
+	return s
 }
 
-// set applies f to the current domain and records it if anything changed.
-func (s *domainState) set(f func(*Domain)) Domain {
+// handle feeds ev to the state machine and records the new Domain if
+// anything changed.
+func (s *domainState) handle(ev event) Domain {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := s.cur
-	f(&next)
-	if s.cur.Seq > 0 && sameDomain(next, s.cur) {
+	next, mem := transition(s.cur, s.mem, ev)
+	s.mem = mem
+	if sameDomain(next, s.cur) {
 		return s.cur
 	}
+	return s.record(next)
+}
+
+// record appends next as the next change; s.mu is held (or s is new).
+func (s *domainState) record(next Domain) Domain {
 	next.Seq = s.cur.Seq + 1
 	next.Since = time.Now()
 	s.cur = next
@@ -144,61 +290,6 @@ func (s *domainState) get() Domain {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur
-}
-
-// Watcher follows domain changes from where it was created (or from the start).
-type Watcher struct {
-	s    *domainState
-	next int // Seq of the next change to return
-}
-
-// Next returns the next change, waiting for it within ctx. If the watcher
-// fell more than 1024 changes behind, it resumes at the oldest kept.
-func (w *Watcher) Next(ctx context.Context) (Domain, error) {
-	for {
-		w.s.mu.Lock()
-		if w.next < w.s.first {
-			w.next = w.s.first
-		}
-		if i := w.next - w.s.first; i >= 0 && i < len(w.s.history) {
-			d := w.s.history[i]
-			w.next++
-			w.s.mu.Unlock()
-			return d, nil
-		}
-		ch := w.s.changed
-		w.s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return Domain{}, ctx.Err()
-		}
-	}
-}
-
-// WaitFor waits until the domain satisfies f, checking the current state first.
-func (w *Watcher) WaitFor(ctx context.Context, f func(Domain) bool) (Domain, error) {
-	if d := w.s.get(); f(d) {
-		return d, nil
-	}
-	for {
-		d, err := w.Next(ctx)
-		if err != nil || f(d) {
-			return d, err
-		}
-	}
-}
-
-// InState selects domains in any of the states.
-func InState(states ...State) func(Domain) bool {
-	return func(d Domain) bool {
-		for _, s := range states {
-			if d.State == s {
-				return true
-			}
-		}
-		return false
-	}
 }
 
 // pauseReason maps QEMU's run state after a STOP event to why it paused.

@@ -51,11 +51,12 @@ func TestExitReason(t *testing.T) {
 func TestWatchersSeeEveryChange(t *testing.T) {
 	s := newDomainState("tcg")
 	early := &Watcher{s: s}
-	s.set(func(d *Domain) { d.State = StateRunning })
-	s.set(func(d *Domain) { d.State = StateRunning }) // no change: not recorded
-	s.set(func(d *Domain) { d.State, d.Reason = StatePaused, ReasonUser })
+	s.handle(event{kind: evBooted})
+	s.handle(event{kind: evBooted}) // no change: not recorded
+	s.handle(event{kind: evPauseAsked, on: true})
+	s.handle(event{kind: evStatus, status: "paused"})
 	late := &Watcher{s: s, next: s.get().Seq + 1}
-	s.set(func(d *Domain) { d.State = StateShutoff })
+	s.handle(event{kind: evExited, code: 0})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -81,7 +82,7 @@ func TestWatchersSeeEveryChange(t *testing.T) {
 	if _, err := late.Next(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("no more changes: %v", err)
 	}
-	go s.set(func(d *Domain) { d.AgentConnected = true })
+	go s.handle(event{kind: evAgent, on: true})
 	if d, err := late.WaitFor(ctx, func(d Domain) bool { return d.AgentConnected }); err != nil || !d.AgentConnected {
 		t.Fatalf("WaitFor: %v %v", d, err)
 	}
@@ -91,7 +92,7 @@ func TestHistoryIsBounded(t *testing.T) {
 	s := newDomainState("tcg")
 	w := &Watcher{s: s}
 	for i := 0; i < maxHistory+10; i++ {
-		s.set(func(d *Domain) { d.Message = time.Duration(i).String() })
+		s.handle(event{kind: evPanicked, message: time.Duration(i).String()})
 	}
 	d, err := w.Next(context.Background())
 	if err != nil || d.Seq != s.first {
@@ -99,5 +100,102 @@ func TestHistoryIsBounded(t *testing.T) {
 	}
 	if len(s.history) != maxHistory {
 		t.Fatalf("history %d", len(s.history))
+	}
+}
+
+// The state machine, transition by transition: each case starts from a
+// domain and memory, feeds events, and wants the resulting State, Reason,
+// Message and what it remembered.
+func TestTransitions(t *testing.T) {
+	starting := Domain{State: StateStarting, Accel: "tcg"}
+	running := Domain{State: StateRunning, Reason: ReasonBooted, PID: 42, AgentConnected: true}
+	paused := Domain{State: StatePaused, Reason: ReasonUser}
+	migrating := Domain{State: StateMigrating, Message: "m"}
+	shuttingDown := Domain{State: StateShuttingDown, Reason: ReasonACPI}
+	for _, tt := range []struct {
+		name    string
+		from    Domain
+		mem     memory
+		events  []event
+		state   State
+		reason  Reason
+		message string
+		wantMem memory
+	}{
+		{"normal start resumes", starting, memory{}, []event{{kind: evBooted}}, StateRunning, ReasonBooted, "", memory{}},
+		{"startStrategy Paused", starting, memory{}, []event{{kind: evStartPaused}}, StatePaused, ReasonStartPaused, "", memory{}},
+		{"incoming start waits paused", starting, memory{}, []event{{kind: evIncoming}}, StatePaused, ReasonMigration,
+			"waiting for an incoming migration", memory{}},
+		{"incoming, then QEMU says inmigrate", starting, memory{}, []event{{kind: evIncoming}, {kind: evStatus, status: "inmigrate"}},
+			StatePaused, ReasonMigration, "", memory{}},
+		{"a start step failed", starting, memory{}, []event{{kind: evStartFailed, message: "boom"}}, StateShutoff, ReasonFailedToStart, "boom", memory{}},
+		{"RESUME while starting", starting, memory{}, []event{{kind: evResume}}, StateRunning, ReasonBooted, "", memory{}},
+		{"RESUME after a pause", paused, memory{}, []event{{kind: evResume}}, StateRunning, ReasonUnpaused, "", memory{}},
+		{"RESUME after a migration", migrating, memory{}, []event{{kind: evResume}}, StateRunning, ReasonUnpaused, "", memory{}},
+		{"RESUME while running changes nothing", running, memory{}, []event{{kind: evResume}}, StateRunning, ReasonBooted, "", memory{}},
+		{"asked pause", running, memory{}, []event{{kind: evPauseAsked, on: true}, {kind: evStatus, status: "paused"}},
+			StatePaused, ReasonUser, "", memory{pauseAsked: true}},
+		{"unasked pause", running, memory{}, []event{{kind: evStatus, status: "paused"}}, StatePaused, ReasonUnknownPause, "", memory{}},
+		{"I/O error pause", running, memory{}, []event{{kind: evStatus, status: "io-error"}}, StatePaused, ReasonIOError, "", memory{}},
+		{"unpause asked, QEMU runs", paused, memory{pauseAsked: true}, []event{{kind: evPauseAsked}, {kind: evStatus, running: true, status: "running"}},
+			StateRunning, ReasonUnpaused, "", memory{}},
+		{"QEMU status shutdown", running, memory{}, []event{{kind: evStatus, status: "shutdown"}}, StateShuttingDown, ReasonBooted, "", memory{}},
+		{"status ignored while shutting down", shuttingDown, memory{}, []event{{kind: evStatus, status: "paused"}},
+			StateShuttingDown, ReasonACPI, "", memory{}},
+		{"power button", running, memory{}, []event{{kind: evPowerdown}}, StateShuttingDown, ReasonACPI, "", memory{}},
+		{"guest powers off", running, memory{}, []event{{kind: evShutdown, guest: true, message: "guest-shutdown"}},
+			StateShuttingDown, ReasonGuestShutdown, "guest-shutdown", memory{guestShutdown: true}},
+		{"host quit", running, memory{}, []event{{kind: evShutdown, message: "host-qmp-quit"}},
+			StateShuttingDown, ReasonHostRequest, "host-qmp-quit", memory{}},
+		{"panic", running, memory{}, []event{{kind: evPanicked, message: "pause"}}, StateRunning, ReasonGuestPanicked, "pause", memory{}},
+		{"guest power-off, exit 0", running, memory{}, []event{{kind: evShutdown, guest: true}, {kind: evExited, code: 0, message: "QEMU exited with status 0", detail: "tail"}},
+			StateShutoff, ReasonGuestShutdown, "QEMU exited with status 0", memory{guestShutdown: true}},
+		{"killed by the host", running, memory{}, []event{{kind: evHostRequested}, {kind: evExited, code: -1, message: "QEMU ended: signal: killed", detail: "tail"}},
+			StateShutoff, ReasonHostRequest, "QEMU ended: signal: killed", memory{hostRequested: true}},
+		{"crash carries QEMU's last output", running, memory{}, []event{{kind: evExited, code: 1, message: "QEMU exited with status 1", detail: "qemu: oops"}},
+			StateShutoff, ReasonCrashed, "QEMU exited with status 1: qemu: oops", memory{}},
+		{"agent lost", running, memory{}, []event{{kind: evAgent}}, StateRunning, ReasonBooted, "", memory{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, m := tt.from, tt.mem
+			for _, ev := range tt.events {
+				d, m = transition(d, m, ev)
+			}
+			if d.State != tt.state || d.Reason != tt.reason || d.Message != tt.message || m != tt.wantMem {
+				t.Errorf("got %s (%s) %q %+v, want %s (%s) %q %+v", d.State, d.Reason, d.Message, m, tt.state, tt.reason, tt.message, tt.wantMem)
+			}
+		})
+	}
+}
+
+// Lifecycle facts, and what QEMU's exit clears.
+func TestTransitionFacts(t *testing.T) {
+	d, m := transition(Domain{State: StateStarting}, memory{}, event{kind: evAccel, accel: "kvm"})
+	d, m = transition(d, m, event{kind: evNetwork, interfaces: []Interface{{Name: "default", Queues: 2}}})
+	d, m = transition(d, m, event{kind: evExec, pid: 7, deviceCgroup: "/sys/fs/cgroup/x", selinuxContext: "s0:c1,c2"})
+	d, m = transition(d, m, event{kind: evAgent, on: true})
+	if d.Accel != "kvm" || len(d.Interfaces) != 1 || d.PID != 7 || d.DeviceCgroup != "/sys/fs/cgroup/x" ||
+		d.SELinuxContext != "s0:c1,c2" || !d.AgentConnected || d.State != StateStarting {
+		t.Fatalf("facts: %+v", d)
+	}
+	d, _ = transition(d, m, event{kind: evExited, code: 0})
+	if d.PID != 0 || d.AgentConnected || d.ExitCode == nil || *d.ExitCode != 0 || d.DeviceCgroup == "" || d.Accel != "kvm" {
+		t.Fatalf("after exit: %+v", d)
+	}
+}
+
+// Only events change the domain: an event that changes nothing records
+// nothing.
+func TestHandleRecordsOnlyChanges(t *testing.T) {
+	s := newDomainState("tcg")
+	first := s.get().Seq
+	if d := s.handle(event{kind: evPauseAsked, on: true}); d.Seq != first {
+		t.Fatalf("a memory-only event recorded a change: %+v", d)
+	}
+	if d := s.handle(event{kind: evBooted}); d.Seq != first+1 || d.State != StateRunning {
+		t.Fatalf("boot: %+v", d)
+	}
+	if d := s.handle(event{kind: evStatus, status: "paused"}); d.Reason != ReasonUser {
+		t.Fatalf("the machine forgot the pause it was asked for: %+v", d)
 	}
 }

@@ -178,6 +178,63 @@ func (a *Agent) NetworkInterfaces(ctx context.Context) ([]GuestNetworkInterface,
 	return n, a.Execute(ctx, "guest-network-get-interfaces", nil, &n)
 }
 
+// ShutdownMode is guest-shutdown's mode.
+type ShutdownMode string
+
+// guest-shutdown modes.
+const (
+	ShutdownPowerdown ShutdownMode = "powerdown"
+	ShutdownReboot    ShutdownMode = "reboot"
+	ShutdownHalt      ShutdownMode = "halt"
+)
+
+// Shutdown asks the guest OS to power off, reboot or halt (guest-shutdown).
+// qemu-ga answers guest-shutdown only when it fails, so Shutdown first
+// synchronises (the agent is alive and the stream clean), then sends it
+// followed by guest-sync-delimited: the agent runs commands in order, so
+// the sync's answer means the shutdown was accepted, and an error reply
+// before it is returned. A guest that goes down before answering the sync
+// (the connection ends, or ctx ends) has accepted it too: ctx bounds that
+// wait, so give it a short one.
+func (a *Agent) Shutdown(ctx context.Context, mode ShutdownMode) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.sync(ctx); err != nil {
+		return err
+	}
+	reply, forget, err := a.k.post(ctx, "guest-shutdown", map[string]any{"mode": string(mode)})
+	if err != nil {
+		return err
+	}
+	defer forget()
+	// Until the sync below answered, a late reply may still be in the pipe.
+	a.needSync = true
+	synced := make(chan error, 1)
+	go func() { synced <- a.sync(ctx) }()
+	var refused error
+	select {
+	case msg := <-reply:
+		if msg.Error != nil {
+			e := *msg.Error
+			e.Command = "guest-shutdown"
+			refused = &e
+		}
+		<-synced
+	case <-synced:
+		// Answered (accepted), or the guest went down first: accepted too.
+		select {
+		case msg := <-reply: // the error and the sync's answer came together
+			if msg.Error != nil {
+				e := *msg.Error
+				e.Command = "guest-shutdown"
+				refused = &e
+			}
+		default:
+		}
+	}
+	return refused
+}
+
 // Exec starts path with args in the guest and returns its pid. With
 // capture, ExecStatus returns its output.
 func (a *Agent) Exec(ctx context.Context, path string, args []string, input []byte, capture bool) (int, error) {

@@ -260,3 +260,66 @@ func TestAgentOversizeLineResetsAndCounts(t *testing.T) {
 		t.Error("the connection is still up after an oversize line")
 	}
 }
+
+// guest-shutdown answers only when it fails: Shutdown synchronises, sends
+// it, and takes the following sync's answer (or the guest going away before
+// answering) as accepted, an error reply as refused.
+func TestAgentShutdown(t *testing.T) {
+	syncAnswer := func(f *fakeQEMU, req fakeRequest) {
+		t.Helper()
+		if req.Execute != "guest-sync-delimited" {
+			t.Errorf("expected a sync, got %q", req.Execute)
+			return
+		}
+		var args struct {
+			ID int64 `json:"id"`
+		}
+		_ = json.Unmarshal(req.Arguments, &args)
+		f.send(fmtReturn(args.ID, ""))
+	}
+	for _, tt := range []struct {
+		name string
+		mode ShutdownMode
+		// guest plays the agent after the first sync and guest-shutdown.
+		guest   func(f *fakeQEMU, shutdown fakeRequest)
+		wantErr string
+	}{
+		{"accepted", ShutdownReboot, func(f *fakeQEMU, _ fakeRequest) { syncAnswer(f, f.recv()) }, ""},
+		{"refused", ShutdownPowerdown, func(f *fakeQEMU, sd fakeRequest) {
+			f.send(`{"error": {"class": "GenericError", "desc": "Command guest-shutdown has been disabled"}, "id": ` + string(sd.ID) + "}\n")
+			syncAnswer(f, f.recv())
+		}, "has been disabled"},
+		{"the guest went down before answering", ShutdownReboot, func(f *fakeQEMU, _ fakeRequest) {
+			f.recv() // the sync, never answered
+			f.close()
+		}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, f := newFake(t)
+			a := NewAgent(c)
+			defer a.Close()
+			go func() {
+				syncAnswer(f, f.recv())
+				sd := f.recv()
+				var args struct {
+					Mode string `json:"mode"`
+				}
+				_ = json.Unmarshal(sd.Arguments, &args)
+				if sd.Execute != "guest-shutdown" || args.Mode != string(tt.mode) || len(sd.ID) == 0 {
+					t.Errorf("request %s %s id %s, want guest-shutdown mode %s with an id", sd.Execute, sd.Arguments, sd.ID, tt.mode)
+				}
+				tt.guest(f, sd)
+			}()
+			err := a.Shutdown(ctxT(t), tt.mode)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Shutdown: %v", err)
+			case tt.wantErr != "":
+				var qe *Error
+				if !errors.As(err, &qe) || qe.Command != "guest-shutdown" || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Shutdown: %v, want a guest-shutdown error with %q", err, tt.wantErr)
+				}
+			}
+		})
+	}
+}

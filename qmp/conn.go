@@ -358,6 +358,37 @@ func (k *conn) roundTrip(ctx context.Context, cmd, id string, b []byte, files []
 	}
 }
 
+// post sends cmd with args and returns at once: the channel gets the
+// reply with its id, if one ever comes (guest-shutdown answers only when it
+// fails). The command is matched by id only, never to an id-less reply.
+// forget must be called when the reply is no longer wanted.
+func (k *conn) post(ctx context.Context, cmd string, args any) (reply <-chan *message, forget func(), err error) {
+	id := k.nextID()
+	b, err := json.Marshal(request{Execute: cmd, Arguments: args, ID: id})
+	if err != nil {
+		return nil, nil, fmt.Errorf("qmp: %s: encoding arguments: %w", cmd, err)
+	}
+	p := &pending{reply: make(chan *message, 1)}
+	k.mu.Lock()
+	if k.err != nil {
+		err := k.err
+		k.mu.Unlock()
+		return nil, nil, fmt.Errorf("qmp: %s: %w", cmd, err)
+	}
+	k.pending[id] = p
+	k.mu.Unlock()
+	forget = func() {
+		k.mu.Lock()
+		k.forget(id)
+		k.mu.Unlock()
+	}
+	if err := k.write(ctx, append(b, '\n'), nil); err != nil {
+		forget()
+		return nil, nil, fmt.Errorf("qmp: %s: %w", cmd, err)
+	}
+	return p.reply, forget, nil
+}
+
 // write sends b (with files as SCM_RIGHTS) in one piece. A write cut short
 // leaves the stream unusable, so it ends the connection.
 func (k *conn) write(ctx context.Context, b []byte, files []*os.File) error {

@@ -162,7 +162,7 @@ func run() int {
 			klog.ErrorS(err, "Stopping the VM's start")
 		case killed:
 			klog.InfoS("Killed the VM that started meanwhile", "state", d.State, "reason", d.Reason)
-		case d.State != "":
+		case d.State != launcher.StateUnspecified:
 			klog.InfoS("The VM's start was stopped", "state", d.State, "reason", d.Reason, "message", d.Message)
 		}
 		return signals.ExitStopped

@@ -82,10 +82,10 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := ev.GetDomain(); d != nil && d.State == "Shutoff" {
+		if d := ev.GetDomain(); d != nil && d.State == rpc.DomainState_Shutoff {
 			t.Fatalf("the VM did not start: %v", d)
 		}
-		if d := ev.GetDomain(); d != nil && d.State == "Running" {
+		if d := ev.GetDomain(); d != nil && d.State == rpc.DomainState_Running {
 			if len(d.Interfaces) != 1 || d.Interfaces[0].GetName() != "default" || d.Interfaces[0].GetGuestIp() != "10.0.2.2/24" ||
 				len(d.Interfaces[0].GetIpAddresses()) != 1 || d.Interfaces[0].GetIpAddresses()[0] != netsetuptest.PodIP {
 				t.Errorf("domain interfaces %v", d.Interfaces)

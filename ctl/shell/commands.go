@@ -375,9 +375,9 @@ func printDomain(w io.Writer, d *rpc.Domain) {
 	row := func(k, format string, args ...any) {
 		fmt.Fprintf(w, "%-9s "+format+"\n", append([]any{k + ":"}, args...)...)
 	}
-	state := d.GetState()
-	if d.GetReason() != "" {
-		state += " (" + d.GetReason() + ")"
+	state := d.GetState().String()
+	if d.GetReason() != rpc.DomainReason_DOMAIN_REASON_UNSPECIFIED {
+		state += " (" + d.GetReason().String() + ")"
 	}
 	row("state", "%s", state)
 	if d.GetMessage() != "" {
@@ -443,9 +443,9 @@ func printEvent(w io.Writer, ev *rpc.WatchEvent) {
 	switch {
 	case ev.GetDomain() != nil:
 		d := ev.GetDomain()
-		state := d.GetState()
-		if d.GetReason() != "" {
-			state += " (" + d.GetReason() + ")"
+		state := d.GetState().String()
+		if d.GetReason() != rpc.DomainReason_DOMAIN_REASON_UNSPECIFIED {
+			state += " (" + d.GetReason().String() + ")"
 		}
 		if d.GetMessage() != "" {
 			state += ": " + d.GetMessage()

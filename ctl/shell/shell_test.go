@@ -57,13 +57,13 @@ func (f *fakeLauncher) called(call string) int {
 }
 
 func (f *fakeLauncher) domain() *rpc.Domain {
-	d := &rpc.Domain{State: "Running", Reason: "Booted", Seq: 3, QemuPid: 4242, QemuVersion: "7.2.0",
+	d := &rpc.Domain{State: rpc.DomainState_Running, Reason: rpc.DomainReason_Booted, Seq: 3, QemuPid: 4242, QemuVersion: "7.2.0",
 		Accelerator: "tcg", StartedUnixNano: time.Now().Add(-time.Minute).UnixNano(), SinceUnixNano: time.Now().UnixNano(),
 		DeviceCgroup: "/sys/fs/cgroup/kemu-qemu-x",
 		Interfaces: []*rpc.DomainInterface{{Name: "default", Mac: "02:00:00:00:00:01", IpAddresses: []string{"10.244.1.5"},
 			GuestIp: "10.0.2.2/24", InfoSource: "domain", Queues: 2}}}
 	if f.paused {
-		d.State, d.Reason, d.Seq = "Paused", "User", 4
+		d.State, d.Reason, d.Seq = rpc.DomainState_Paused, rpc.DomainReason_User, 4
 	}
 	return d
 }
@@ -111,7 +111,7 @@ func (f *fakeLauncher) Reset(context.Context, *rpc.Empty) (*rpc.Empty, error) {
 
 func (f *fakeLauncher) Shutdown(_ context.Context, req *rpc.ShutdownRequest) (*rpc.DomainResponse, error) {
 	f.record(fmt.Sprintf("Shutdown %d", req.GetGracePeriodSeconds()))
-	return &rpc.DomainResponse{Domain: &rpc.Domain{State: "Shutoff", Reason: "GuestShutdown", Exited: true, Seq: 9}}, nil
+	return &rpc.DomainResponse{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_GuestShutdown, Exited: true, Seq: 9}}, nil
 }
 
 func (f *fakeLauncher) GetStats(context.Context, *rpc.Empty) (*rpc.StatsResponse, error) {

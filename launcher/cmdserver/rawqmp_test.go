@@ -77,7 +77,7 @@ func TestAbandonBeforeSync(t *testing.T) {
 	s := startServer(t, cmdserver.Options{SocketsDir: shortDir(t)})
 	ctx := ctxFor(t, rpcTimeout)
 	d, killed, err := s.Abandon(ctx)
-	if err != nil || killed || d.State != "" {
+	if err != nil || killed || d.State != rpc.DomainState_DOMAIN_STATE_UNSPECIFIED {
 		t.Fatalf("Abandon: %s, %v, %v", d, killed, err)
 	}
 	c, _ := dial(t, s.Socket())

@@ -285,18 +285,20 @@ func (s *Server) Reset(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error) {
 	return &rpc.Empty{}, toStatus("reset", l, l.Reset(ctx))
 }
 
-// SoftReboot asks the guest to reboot itself: Ctrl+Alt+Delete on its
-// keyboard (QMP send-key). Only a running guest sees the keys.
-func (s *Server) SoftReboot(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error) {
+// SoftReboot asks the guest to reboot itself: through its agent when it is
+// connected, else Ctrl+Alt+Delete on its keyboard (QMP send-key). Only a
+// running guest sees either. The reply says which.
+func (s *Server) SoftReboot(ctx context.Context, _ *rpc.Empty) (*rpc.SoftRebootResponse, error) {
 	l, err := s.need("soft reboot", launcher.StateRunning)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.SoftReboot(ctx); err != nil {
+	method, err := l.SoftReboot(ctx)
+	if err != nil {
 		return nil, toStatus("soft reboot", l, err)
 	}
-	klog.InfoS("Soft reboot requested: Ctrl+Alt+Delete sent to the guest", "vmi", klog.KObj(l.VMI()))
-	return &rpc.Empty{}, nil
+	klog.InfoS("Soft reboot requested", "vmi", klog.KObj(l.VMI()), "method", method)
+	return &rpc.SoftRebootResponse{Method: method}, nil
 }
 
 // Shutdown shuts the guest down gracefully.
@@ -305,11 +307,11 @@ func (s *Server) Shutdown(ctx context.Context, req *rpc.ShutdownRequest) (*rpc.D
 	if l == nil {
 		return nil, status.Error(codes.FailedPrecondition, "shutdown: no VM yet: Sync first")
 	}
-	d, err := s.ShutdownVM(ctx, time.Duration(req.GetGracePeriodSeconds())*time.Second)
+	d, method, err := s.shutdownVM(ctx, time.Duration(req.GetGracePeriodSeconds())*time.Second)
 	if err != nil {
 		return nil, toStatus("shutdown", l, err)
 	}
-	return &rpc.DomainResponse{Domain: s.domainOf(d)}, nil
+	return &rpc.DomainResponse{Domain: s.domainOf(d), ShutdownMethod: method}, nil
 }
 
 // Kill ends QEMU with SIGKILL.
@@ -340,7 +342,7 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := &rpc.Domain{
-		State: string(d.State), Reason: string(d.Reason), Message: d.Message, Seq: int64(d.Seq),
+		State: d.State, Reason: d.Reason, Message: d.Message, Seq: int64(d.Seq),
 		SinceUnixNano: unixNano(d.Since), QemuPid: int32(d.PID), QemuVersion: s.qemuVer,
 		Accelerator: d.Accel, AgentConnected: d.AgentConnected, StartedUnixNano: unixNano(s.startedAt),
 		DeviceCgroup: d.DeviceCgroup, SelinuxContext: d.SELinuxContext,

@@ -183,10 +183,10 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Action != cmdserver.ActionStarted || r.Domain.State != "Running" {
+	if r.Action != cmdserver.ActionStarted || r.Domain.State != rpc.DomainState_Running {
 		t.Fatalf("first sync: %v", r)
 	}
-	if d := recvDomain(t, early, nil); d.Seq != 1 || d.State != "Starting" {
+	if d := recvDomain(t, early, nil); d.Seq != 1 || d.State != rpc.DomainState_Starting {
 		t.Errorf("early watcher's first change: %v", d)
 	}
 	if r, err := c.Sync(ctx, &rpc.SyncRequest{VmiJson: vmiJSON(t, "cs")}); err != nil || r.Action != cmdserver.ActionUnchanged {
@@ -218,7 +218,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dd := d.Domain; dd.State != "Running" || dd.QemuPid <= 0 || !strings.HasPrefix(dd.QemuVersion, "7.") ||
+	if dd := d.Domain; dd.State != rpc.DomainState_Running || dd.QemuPid <= 0 || !strings.HasPrefix(dd.QemuVersion, "7.") ||
 		dd.Accelerator != "tcg" || dd.StartedUnixNano == 0 || dd.VmiUid != "11111111-2222-3333-4444-555555555555" {
 		t.Errorf("domain: %v", dd)
 	}
@@ -239,7 +239,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 		_, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: cmd})
 		wantCode(t, err, codes.PermissionDenied, "--"+launcherpod.FlagAllowRawQMP)
 	}
-	if d, _ := c.GetDomain(ctx, &rpc.Empty{}); d.GetDomain().GetState() != "Running" {
+	if d, _ := c.GetDomain(ctx, &rpc.Empty{}); d.GetDomain().GetState() != rpc.DomainState_Running {
 		t.Errorf("after refused commands: %v", d)
 	}
 	if dbg := s.Launcher().DebugQMPSocket(); dbg == "" {
@@ -268,7 +268,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := recvDomain(t, w1, nil)
-	if cur.State != "Running" {
+	if cur.State != rpc.DomainState_Running {
 		t.Fatalf("watch starts with %v", cur)
 	}
 	_, err = c.Unpause(ctx, &rpc.Empty{})
@@ -278,7 +278,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	}
 	qmpSeen := map[string]bool{}
 	paused := recvDomain(t, w1, qmpSeen)
-	if paused.State != "Paused" || paused.Reason != "User" || paused.Seq <= cur.Seq {
+	if paused.State != rpc.DomainState_Paused || paused.Reason != rpc.DomainReason_User || paused.Seq <= cur.Seq {
 		t.Errorf("after pause: %v", paused)
 	}
 	_, err = c.Pause(ctx, &rpc.Empty{})
@@ -292,14 +292,14 @@ func TestCommandServerWithQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := recvDomain(t, w2, nil)
-	if resumed.Seq != paused.Seq+1 || resumed.State != "Running" {
+	if resumed.Seq != paused.Seq+1 || resumed.State != rpc.DomainState_Running {
 		t.Errorf("after reconnect: %v, want seq %d Running", resumed, paused.Seq+1)
 	}
 	if _, err := c.Pause(ctx, &rpc.Empty{}); err != nil {
 		t.Fatal(err)
 	}
 	for !qmpSeen["STOP"] {
-		if d := recvDomain(t, w2, qmpSeen); d.State != "Paused" {
+		if d := recvDomain(t, w2, qmpSeen); d.State != rpc.DomainState_Paused {
 			t.Errorf("unexpected %v", d)
 		}
 	}
@@ -356,7 +356,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 					errs <- err
 					return
 				}
-				if d, err := cc.GetDomain(ctx, &rpc.Empty{}); err != nil || d.Domain.State != "Running" {
+				if d, err := cc.GetDomain(ctx, &rpc.Empty{}); err != nil || d.Domain.State != rpc.DomainState_Running {
 					errs <- fmt.Errorf("%v %v", d, err)
 					return
 				}
@@ -369,8 +369,10 @@ func TestCommandServerWithQEMU(t *testing.T) {
 		t.Errorf("concurrent client: %v", err)
 	}
 
-	// A soft reboot: Ctrl+Alt+Delete, which the guest answers by rebooting
-	// itself (a guest-initiated RESET) and booting again. Not while paused.
+	// A soft reboot: with the agent connected, through it (guest-shutdown
+	// mode=reboot: the guest prints its reboot marker), which the guest
+	// answers by rebooting itself (a guest-initiated RESET) and booting
+	// again. Not while paused.
 	if _, err := c.Pause(ctx, &rpc.Empty{}); err != nil {
 		t.Fatal(err)
 	}
@@ -379,28 +381,49 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if _, err := c.Unpause(ctx, &rpc.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	readies := con.count("KEMU-GUEST ready ")
 	wr, err := c.WatchDomain(ctx, &rpc.WatchRequest{QmpEvents: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SoftReboot(ctx, &rpc.Empty{}); err != nil {
-		t.Fatalf("soft reboot: %v", err)
-	}
-	for {
-		ev, err := wr.Recv()
+	softReboot := func(want rpc.PowerMethod) {
+		t.Helper()
+		readies := con.count("KEMU-GUEST ready ")
+		r, err := c.SoftReboot(ctx, &rpc.Empty{})
 		if err != nil {
-			t.Fatalf("watch after the soft reboot: %v", err)
+			t.Fatalf("soft reboot: %v", err)
 		}
-		if q := ev.GetQmpEvent(); q.GetName() == "RESET" {
-			if !strings.Contains(q.GetDataJson(), `"guest":true`) {
-				t.Errorf("RESET after Ctrl+Alt+Delete: %s, want guest true", q.GetDataJson())
+		if r.GetMethod() != want {
+			t.Errorf("soft reboot method %s, want %s", r.GetMethod(), want)
+		}
+		for {
+			ev, err := wr.Recv()
+			if err != nil {
+				t.Fatalf("watch after the soft reboot: %v", err)
 			}
-			break
+			if q := ev.GetQmpEvent(); q.GetName() == "RESET" {
+				if !strings.Contains(q.GetDataJson(), `"guest":true`) {
+					t.Errorf("RESET after a soft reboot (%s): %s, want guest true", want, q.GetDataJson())
+				}
+				break
+			}
+		}
+		if err := con.waitForCount(ctxFor(t, bootTimeout), "KEMU-GUEST ready ", readies+1); err != nil {
+			t.Errorf("the guest did not boot again after the soft reboot (%s): %v", want, err)
 		}
 	}
-	if err := con.waitForCount(ctxFor(t, bootTimeout), "KEMU-GUEST ready ", readies+1); err != nil {
-		t.Errorf("the guest did not boot again after the soft reboot: %v", err)
+	agentReboots := con.count("KEMU-GUEST reboot source=agent")
+	softReboot(rpc.PowerMethod_GuestAgent)
+	if n := con.count("KEMU-GUEST reboot source=agent"); n != agentReboots+1 {
+		t.Errorf("%d reboot source=agent markers after a soft reboot through the agent, want %d", n, agentReboots+1)
+	}
+	// The reboot dropped the agent's connection (the guest's agent starts
+	// over): the next soft reboot is Ctrl+Alt+Delete on the keyboard.
+	if d, err := c.GetDomain(ctx, &rpc.Empty{}); err != nil || d.GetDomain().GetAgentConnected() {
+		t.Fatalf("agent still connected after the reboot: %v %v", d, err)
+	}
+	softReboot(rpc.PowerMethod_CtrlAltDelete)
+	if n := con.count("KEMU-GUEST reboot source=agent"); n != agentReboots+1 {
+		t.Errorf("Ctrl+Alt+Delete went through the agent: %d reboot source=agent markers", n)
 	}
 
 	// Reset, then a graceful shutdown (the power button is pressed again
@@ -423,12 +446,16 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := sr.Domain; d.State != "Shutoff" || d.Reason != "GuestShutdown" || !d.Exited || d.ExitCode != 0 {
+	if d := sr.Domain; d.State != rpc.DomainState_Shutoff || d.Reason != rpc.DomainReason_GuestShutdown || !d.Exited || d.ExitCode != 0 {
 		t.Errorf("after shutdown: %v", d)
+	}
+	// No agent after the reset: the ACPI power button.
+	if sr.GetShutdownMethod() != rpc.PowerMethod_ACPIPowerButton {
+		t.Errorf("shutdown method %s, want %s", sr.GetShutdownMethod(), rpc.PowerMethod_ACPIPowerButton)
 	}
 	// Both watchers end with Shutoff; the console stream ends.
 	for {
-		if d := recvDomain(t, w2, nil); d.State == "Shutoff" {
+		if d := recvDomain(t, w2, nil); d.State == rpc.DomainState_Shutoff {
 			break
 		}
 	}
@@ -440,7 +467,7 @@ func TestCommandServerWithQEMU(t *testing.T) {
 	}
 	_, err = c.Pause(ctx, &rpc.Empty{})
 	wantCode(t, err, codes.Unavailable, "QEMU is gone")
-	if d, err := c.Shutdown(ctx, &rpc.ShutdownRequest{}); err != nil || d.Domain.State != "Shutoff" {
+	if d, err := c.Shutdown(ctx, &rpc.ShutdownRequest{}); err != nil || d.Domain.State != rpc.DomainState_Shutoff {
 		t.Errorf("shutdown again: %v %v", d, err)
 	}
 	_, err = c.Sync(ctx, &rpc.SyncRequest{VmiJson: vmiJSON(t, "cs", func(y string) string {
@@ -467,14 +494,14 @@ func TestCommandServerKill(t *testing.T) {
 	cancel()
 	wantCode(t, err, codes.DeadlineExceeded)
 	d, err := c.GetDomain(ctx, &rpc.Empty{})
-	if err != nil || d.Domain.State == "Shutoff" {
+	if err != nil || d.Domain.State == rpc.DomainState_Shutoff {
 		t.Fatalf("the VM must still be shutting down: %v %v", d, err)
 	}
 	k, err := c.Kill(ctx, &rpc.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Domain.State != "Shutoff" || k.Domain.Reason != "HostRequest" {
+	if k.Domain.State != rpc.DomainState_Shutoff || k.Domain.Reason != rpc.DomainReason_HostRequest {
 		t.Errorf("after kill: %v", k.Domain)
 	}
 	for {
@@ -485,7 +512,7 @@ func TestCommandServerKill(t *testing.T) {
 			}
 			break
 		}
-		if d := ev.GetDomain(); d != nil && d.State == "Shutoff" && d.Reason != "HostRequest" {
+		if d := ev.GetDomain(); d != nil && d.State == rpc.DomainState_Shutoff && d.Reason != rpc.DomainReason_HostRequest {
 			t.Errorf("shutoff: %v", d)
 		}
 	}
@@ -504,14 +531,14 @@ func TestCommandServerAllowRawQMP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := recvDomain(t, w, nil); d.State != "Running" {
+	if d := recvDomain(t, w, nil); d.State != rpc.DomainState_Running {
 		t.Fatalf("after sync: %v", d)
 	}
 	q, err := c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"stop"}`})
 	if err != nil || q.ReplyJson != `{"return":{}}` {
 		t.Fatalf("qmp stop with the flag: %v %v", q, err)
 	}
-	if d := recvDomain(t, w, nil); d.State != "Paused" {
+	if d := recvDomain(t, w, nil); d.State != rpc.DomainState_Paused {
 		t.Errorf("after a raw stop: %v", d)
 	}
 	q, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"human-monitor-command","arguments":{"command-line":"info status"}}`})

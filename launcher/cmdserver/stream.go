@@ -83,7 +83,7 @@ func (s *Server) WatchDomain(req *rpc.WatchRequest, stream grpc.ServerStreamingS
 			if err := stream.Send(ev); err != nil {
 				return err
 			}
-			if d := ev.GetDomain(); d != nil && d.State == string(launcher.StateShutoff) {
+			if d := ev.GetDomain(); d != nil && d.State == launcher.StateShutoff {
 				return nil
 			}
 		}

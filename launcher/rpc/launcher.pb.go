@@ -25,6 +25,221 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DomainState is the domain's life as the launcher sees it. The value
+// names are the launcher's state names (protojson and String() print them);
+// the zero value is what a peer that does not send the field reads.
+type DomainState int32
+
+const (
+	DomainState_DOMAIN_STATE_UNSPECIFIED DomainState = 0
+	DomainState_Starting                 DomainState = 1
+	DomainState_Running                  DomainState = 2
+	DomainState_Paused                   DomainState = 3
+	DomainState_ShuttingDown             DomainState = 4
+	DomainState_Shutoff                  DomainState = 5
+	DomainState_Migrating                DomainState = 6
+)
+
+// Enum value maps for DomainState.
+var (
+	DomainState_name = map[int32]string{
+		0: "DOMAIN_STATE_UNSPECIFIED",
+		1: "Starting",
+		2: "Running",
+		3: "Paused",
+		4: "ShuttingDown",
+		5: "Shutoff",
+		6: "Migrating",
+	}
+	DomainState_value = map[string]int32{
+		"DOMAIN_STATE_UNSPECIFIED": 0,
+		"Starting":                 1,
+		"Running":                  2,
+		"Paused":                   3,
+		"ShuttingDown":             4,
+		"Shutoff":                  5,
+		"Migrating":                6,
+	}
+)
+
+func (x DomainState) Enum() *DomainState {
+	p := new(DomainState)
+	*p = x
+	return p
+}
+
+func (x DomainState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DomainState) Descriptor() protoreflect.EnumDescriptor {
+	return file_launcher_proto_enumTypes[0].Descriptor()
+}
+
+func (DomainState) Type() protoreflect.EnumType {
+	return &file_launcher_proto_enumTypes[0]
+}
+
+func (x DomainState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DomainState.Descriptor instead.
+func (DomainState) EnumDescriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{0}
+}
+
+// DomainReason says why the domain is in its state.
+type DomainReason int32
+
+const (
+	DomainReason_DOMAIN_REASON_UNSPECIFIED DomainReason = 0
+	DomainReason_Booted                    DomainReason = 1
+	DomainReason_Unpaused                  DomainReason = 2
+	// Paused because the VMI's startStrategy is Paused.
+	DomainReason_StartStrategyPaused DomainReason = 3
+	// Paused by a request.
+	DomainReason_User DomainReason = 4
+	// Paused by QEMU on a disk error.
+	DomainReason_IOError DomainReason = 5
+	// Paused for or by migration (an incoming start waits paused).
+	DomainReason_Migration DomainReason = 6
+	// The ACPI power button was pressed.
+	DomainReason_ACPIPowerdown DomainReason = 7
+	// The guest powered off.
+	DomainReason_GuestShutdown DomainReason = 8
+	// quit or kill by the launcher.
+	DomainReason_HostRequest DomainReason = 9
+	// QEMU ended on its own, not by a guest power-off.
+	DomainReason_Crashed       DomainReason = 10
+	DomainReason_FailedToStart DomainReason = 11
+	DomainReason_GuestPanicked DomainReason = 12
+	DomainReason_GuestReset    DomainReason = 13
+	// Paused for a reason QEMU did not say.
+	DomainReason_Unknown DomainReason = 14
+)
+
+// Enum value maps for DomainReason.
+var (
+	DomainReason_name = map[int32]string{
+		0:  "DOMAIN_REASON_UNSPECIFIED",
+		1:  "Booted",
+		2:  "Unpaused",
+		3:  "StartStrategyPaused",
+		4:  "User",
+		5:  "IOError",
+		6:  "Migration",
+		7:  "ACPIPowerdown",
+		8:  "GuestShutdown",
+		9:  "HostRequest",
+		10: "Crashed",
+		11: "FailedToStart",
+		12: "GuestPanicked",
+		13: "GuestReset",
+		14: "Unknown",
+	}
+	DomainReason_value = map[string]int32{
+		"DOMAIN_REASON_UNSPECIFIED": 0,
+		"Booted":                    1,
+		"Unpaused":                  2,
+		"StartStrategyPaused":       3,
+		"User":                      4,
+		"IOError":                   5,
+		"Migration":                 6,
+		"ACPIPowerdown":             7,
+		"GuestShutdown":             8,
+		"HostRequest":               9,
+		"Crashed":                   10,
+		"FailedToStart":             11,
+		"GuestPanicked":             12,
+		"GuestReset":                13,
+		"Unknown":                   14,
+	}
+)
+
+func (x DomainReason) Enum() *DomainReason {
+	p := new(DomainReason)
+	*p = x
+	return p
+}
+
+func (x DomainReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DomainReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_launcher_proto_enumTypes[1].Descriptor()
+}
+
+func (DomainReason) Type() protoreflect.EnumType {
+	return &file_launcher_proto_enumTypes[1]
+}
+
+func (x DomainReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DomainReason.Descriptor instead.
+func (DomainReason) EnumDescriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{1}
+}
+
+// PowerMethod is how the launcher asked the guest to power off or reboot.
+type PowerMethod int32
+
+const (
+	PowerMethod_POWER_METHOD_UNSPECIFIED PowerMethod = 0
+	// The guest agent's guest-shutdown (mode powerdown or reboot).
+	PowerMethod_GuestAgent PowerMethod = 1
+	// The ACPI power button (QMP system_powerdown).
+	PowerMethod_ACPIPowerButton PowerMethod = 2
+	// Ctrl+Alt+Delete on the guest's keyboard (QMP send-key).
+	PowerMethod_CtrlAltDelete PowerMethod = 3
+)
+
+// Enum value maps for PowerMethod.
+var (
+	PowerMethod_name = map[int32]string{
+		0: "POWER_METHOD_UNSPECIFIED",
+		1: "GuestAgent",
+		2: "ACPIPowerButton",
+		3: "CtrlAltDelete",
+	}
+	PowerMethod_value = map[string]int32{
+		"POWER_METHOD_UNSPECIFIED": 0,
+		"GuestAgent":               1,
+		"ACPIPowerButton":          2,
+		"CtrlAltDelete":            3,
+	}
+)
+
+func (x PowerMethod) Enum() *PowerMethod {
+	p := new(PowerMethod)
+	*p = x
+	return p
+}
+
+func (x PowerMethod) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PowerMethod) Descriptor() protoreflect.EnumDescriptor {
+	return file_launcher_proto_enumTypes[2].Descriptor()
+}
+
+func (PowerMethod) Type() protoreflect.EnumType {
+	return &file_launcher_proto_enumTypes[2]
+}
+
+func (x PowerMethod) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PowerMethod.Descriptor instead.
+func (PowerMethod) EnumDescriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{2}
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -401,8 +616,8 @@ func (x *ShutdownRequest) GetGracePeriodSeconds() int64 {
 
 type Domain struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
-	State          string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Reason         string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	State          DomainState            `protobuf:"varint,17,opt,name=state,proto3,enum=kemu.launcher.v1.DomainState" json:"state,omitempty"`
+	Reason         DomainReason           `protobuf:"varint,18,opt,name=reason,proto3,enum=kemu.launcher.v1.DomainReason" json:"reason,omitempty"`
 	Message        string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	Seq            int64                  `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	SinceUnixNano  int64                  `protobuf:"varint,5,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
@@ -455,18 +670,18 @@ func (*Domain) Descriptor() ([]byte, []int) {
 	return file_launcher_proto_rawDescGZIP(), []int{8}
 }
 
-func (x *Domain) GetState() string {
+func (x *Domain) GetState() DomainState {
 	if x != nil {
 		return x.State
 	}
-	return ""
+	return DomainState_DOMAIN_STATE_UNSPECIFIED
 }
 
-func (x *Domain) GetReason() string {
+func (x *Domain) GetReason() DomainReason {
 	if x != nil {
 		return x.Reason
 	}
-	return ""
+	return DomainReason_DOMAIN_REASON_UNSPECIFIED
 }
 
 func (x *Domain) GetMessage() string {
@@ -654,10 +869,13 @@ func (x *DomainInterface) GetQueues() int32 {
 }
 
 type DomainResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Domain *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// Shutdown only: how the guest was asked to power off (unspecified when
+	// it was already off).
+	ShutdownMethod PowerMethod `protobuf:"varint,2,opt,name=shutdown_method,json=shutdownMethod,proto3,enum=kemu.launcher.v1.PowerMethod" json:"shutdown_method,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DomainResponse) Reset() {
@@ -697,6 +915,58 @@ func (x *DomainResponse) GetDomain() *Domain {
 	return nil
 }
 
+func (x *DomainResponse) GetShutdownMethod() PowerMethod {
+	if x != nil {
+		return x.ShutdownMethod
+	}
+	return PowerMethod_POWER_METHOD_UNSPECIFIED
+}
+
+type SoftRebootResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the guest was asked to reboot.
+	Method        PowerMethod `protobuf:"varint,1,opt,name=method,proto3,enum=kemu.launcher.v1.PowerMethod" json:"method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SoftRebootResponse) Reset() {
+	*x = SoftRebootResponse{}
+	mi := &file_launcher_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SoftRebootResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SoftRebootResponse) ProtoMessage() {}
+
+func (x *SoftRebootResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SoftRebootResponse.ProtoReflect.Descriptor instead.
+func (*SoftRebootResponse) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SoftRebootResponse) GetMethod() PowerMethod {
+	if x != nil {
+		return x.Method
+	}
+	return PowerMethod_POWER_METHOD_UNSPECIFIED
+}
+
 type VCPU struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Index    int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -709,7 +979,7 @@ type VCPU struct {
 
 func (x *VCPU) Reset() {
 	*x = VCPU{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +991,7 @@ func (x *VCPU) String() string {
 func (*VCPU) ProtoMessage() {}
 
 func (x *VCPU) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +1004,7 @@ func (x *VCPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPU.ProtoReflect.Descriptor instead.
 func (*VCPU) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VCPU) GetIndex() int32 {
@@ -772,7 +1042,7 @@ type BlockStat struct {
 
 func (x *BlockStat) Reset() {
 	*x = BlockStat{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1054,7 @@ func (x *BlockStat) String() string {
 func (*BlockStat) ProtoMessage() {}
 
 func (x *BlockStat) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1067,7 @@ func (x *BlockStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStat.ProtoReflect.Descriptor instead.
 func (*BlockStat) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BlockStat) GetDevice() string {
@@ -860,7 +1130,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1142,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1155,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatsResponse) GetVcpus() []*VCPU {
@@ -941,7 +1211,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1223,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1236,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -1009,7 +1279,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1291,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1304,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -1125,7 +1395,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1407,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1420,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchRequest) GetFromSeq() int64 {
@@ -1180,7 +1450,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1462,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1475,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchEvent) GetEvent() isWatchEvent_Event {
@@ -1260,7 +1530,7 @@ type QmpEvent struct {
 
 func (x *QmpEvent) Reset() {
 	*x = QmpEvent{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1542,7 @@ func (x *QmpEvent) String() string {
 func (*QmpEvent) ProtoMessage() {}
 
 func (x *QmpEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1555,7 @@ func (x *QmpEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpEvent.ProtoReflect.Descriptor instead.
 func (*QmpEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QmpEvent) GetName() string {
@@ -1318,7 +1588,7 @@ type QmpRequest struct {
 
 func (x *QmpRequest) Reset() {
 	*x = QmpRequest{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1600,7 @@ func (x *QmpRequest) String() string {
 func (*QmpRequest) ProtoMessage() {}
 
 func (x *QmpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1613,7 @@ func (x *QmpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpRequest.ProtoReflect.Descriptor instead.
 func (*QmpRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QmpRequest) GetCommandJson() string {
@@ -1362,7 +1632,7 @@ type QmpResponse struct {
 
 func (x *QmpResponse) Reset() {
 	*x = QmpResponse{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1644,7 @@ func (x *QmpResponse) String() string {
 func (*QmpResponse) ProtoMessage() {}
 
 func (x *QmpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1657,7 @@ func (x *QmpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpResponse.ProtoReflect.Descriptor instead.
 func (*QmpResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QmpResponse) GetReplyJson() string {
@@ -1406,7 +1676,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1688,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1701,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConsoleInput) GetData() []byte {
@@ -1450,7 +1720,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1732,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1745,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -1494,7 +1764,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1776,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1789,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MigrateRequest) GetUri() string {
@@ -1551,10 +1821,10 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\x9e\x04\n" +
-	"\x06Domain\x12\x14\n" +
-	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xe9\x04\n" +
+	"\x06Domain\x123\n" +
+	"\x05state\x18\x11 \x01(\x0e2\x1d.kemu.launcher.v1.DomainStateR\x05state\x126\n" +
+	"\x06reason\x18\x12 \x01(\x0e2\x1e.kemu.launcher.v1.DomainReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12&\n" +
 	"\x0fsince_unix_nano\x18\x05 \x01(\x03R\rsinceUnixNano\x12\x19\n" +
@@ -1571,7 +1841,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x0fselinux_context\x18\x0f \x01(\tR\x0eselinuxContext\x12A\n" +
 	"\n" +
 	"interfaces\x18\x10 \x03(\v2!.kemu.launcher.v1.DomainInterfaceR\n" +
-	"interfaces\"\xae\x01\n" +
+	"interfacesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xae\x01\n" +
 	"\x0fDomainInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
@@ -1579,9 +1849,12 @@ const file_launcher_proto_rawDesc = "" +
 	"\bguest_ip\x18\x04 \x01(\tR\aguestIp\x12\x1f\n" +
 	"\vinfo_source\x18\x05 \x01(\tR\n" +
 	"infoSource\x12\x16\n" +
-	"\x06queues\x18\x06 \x01(\x05R\x06queues\"B\n" +
+	"\x06queues\x18\x06 \x01(\x05R\x06queues\"\x8a\x01\n" +
 	"\x0eDomainResponse\x120\n" +
-	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"_\n" +
+	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12F\n" +
+	"\x0fshutdown_method\x18\x02 \x01(\x0e2\x1d.kemu.launcher.v1.PowerMethodR\x0eshutdownMethod\"K\n" +
+	"\x12SoftRebootResponse\x125\n" +
+	"\x06method\x18\x01 \x01(\x0e2\x1d.kemu.launcher.v1.PowerMethodR\x06method\"_\n" +
 	"\x04VCPU\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\x05R\bthreadId\x12$\n" +
@@ -1644,7 +1917,41 @@ const file_launcher_proto_rawDesc = "" +
 	"\rConsoleOutput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\"\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
-	"\x03uri\x18\x01 \x01(\tR\x03uri2\x85\v\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri*\x80\x01\n" +
+	"\vDomainState\x12\x1c\n" +
+	"\x18DOMAIN_STATE_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bStarting\x10\x01\x12\v\n" +
+	"\aRunning\x10\x02\x12\n" +
+	"\n" +
+	"\x06Paused\x10\x03\x12\x10\n" +
+	"\fShuttingDown\x10\x04\x12\v\n" +
+	"\aShutoff\x10\x05\x12\r\n" +
+	"\tMigrating\x10\x06*\x8d\x02\n" +
+	"\fDomainReason\x12\x1d\n" +
+	"\x19DOMAIN_REASON_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06Booted\x10\x01\x12\f\n" +
+	"\bUnpaused\x10\x02\x12\x17\n" +
+	"\x13StartStrategyPaused\x10\x03\x12\b\n" +
+	"\x04User\x10\x04\x12\v\n" +
+	"\aIOError\x10\x05\x12\r\n" +
+	"\tMigration\x10\x06\x12\x11\n" +
+	"\rACPIPowerdown\x10\a\x12\x11\n" +
+	"\rGuestShutdown\x10\b\x12\x0f\n" +
+	"\vHostRequest\x10\t\x12\v\n" +
+	"\aCrashed\x10\n" +
+	"\x12\x11\n" +
+	"\rFailedToStart\x10\v\x12\x11\n" +
+	"\rGuestPanicked\x10\f\x12\x0e\n" +
+	"\n" +
+	"GuestReset\x10\r\x12\v\n" +
+	"\aUnknown\x10\x0e*c\n" +
+	"\vPowerMethod\x12\x1c\n" +
+	"\x18POWER_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"GuestAgent\x10\x01\x12\x13\n" +
+	"\x0fACPIPowerButton\x10\x02\x12\x11\n" +
+	"\rCtrlAltDelete\x10\x032\x92\v\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -1653,9 +1960,9 @@ const file_launcher_proto_rawDesc = "" +
 	"\aUnpause\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12O\n" +
 	"\bShutdown\x12!.kemu.launcher.v1.ShutdownRequest\x1a .kemu.launcher.v1.DomainResponse\x12A\n" +
 	"\x04Kill\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x129\n" +
-	"\x05Reset\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12>\n" +
+	"\x05Reset\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12K\n" +
 	"\n" +
-	"SoftReboot\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12F\n" +
+	"SoftReboot\x12\x17.kemu.launcher.v1.Empty\x1a$.kemu.launcher.v1.SoftRebootResponse\x12F\n" +
 	"\tGetDomain\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x12D\n" +
 	"\bGetStats\x12\x17.kemu.launcher.v1.Empty\x1a\x1f.kemu.launcher.v1.StatsResponse\x12=\n" +
 	"\tGuestPing\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12I\n" +
@@ -1680,87 +1987,96 @@ func file_launcher_proto_rawDescGZIP() []byte {
 	return file_launcher_proto_rawDescData
 }
 
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_launcher_proto_goTypes = []any{
-	(*Empty)(nil),             // 0: kemu.launcher.v1.Empty
-	(*InfoRequest)(nil),       // 1: kemu.launcher.v1.InfoRequest
-	(*InfoResponse)(nil),      // 2: kemu.launcher.v1.InfoResponse
-	(*PingRequest)(nil),       // 3: kemu.launcher.v1.PingRequest
-	(*PingResponse)(nil),      // 4: kemu.launcher.v1.PingResponse
-	(*SyncRequest)(nil),       // 5: kemu.launcher.v1.SyncRequest
-	(*SyncResponse)(nil),      // 6: kemu.launcher.v1.SyncResponse
-	(*ShutdownRequest)(nil),   // 7: kemu.launcher.v1.ShutdownRequest
-	(*Domain)(nil),            // 8: kemu.launcher.v1.Domain
-	(*DomainInterface)(nil),   // 9: kemu.launcher.v1.DomainInterface
-	(*DomainResponse)(nil),    // 10: kemu.launcher.v1.DomainResponse
-	(*VCPU)(nil),              // 11: kemu.launcher.v1.VCPU
-	(*BlockStat)(nil),         // 12: kemu.launcher.v1.BlockStat
-	(*StatsResponse)(nil),     // 13: kemu.launcher.v1.StatsResponse
-	(*GuestInterface)(nil),    // 14: kemu.launcher.v1.GuestInterface
-	(*GuestInfoResponse)(nil), // 15: kemu.launcher.v1.GuestInfoResponse
-	(*WatchRequest)(nil),      // 16: kemu.launcher.v1.WatchRequest
-	(*WatchEvent)(nil),        // 17: kemu.launcher.v1.WatchEvent
-	(*QmpEvent)(nil),          // 18: kemu.launcher.v1.QmpEvent
-	(*QmpRequest)(nil),        // 19: kemu.launcher.v1.QmpRequest
-	(*QmpResponse)(nil),       // 20: kemu.launcher.v1.QmpResponse
-	(*ConsoleInput)(nil),      // 21: kemu.launcher.v1.ConsoleInput
-	(*ConsoleOutput)(nil),     // 22: kemu.launcher.v1.ConsoleOutput
-	(*MigrateRequest)(nil),    // 23: kemu.launcher.v1.MigrateRequest
+	(DomainState)(0),           // 0: kemu.launcher.v1.DomainState
+	(DomainReason)(0),          // 1: kemu.launcher.v1.DomainReason
+	(PowerMethod)(0),           // 2: kemu.launcher.v1.PowerMethod
+	(*Empty)(nil),              // 3: kemu.launcher.v1.Empty
+	(*InfoRequest)(nil),        // 4: kemu.launcher.v1.InfoRequest
+	(*InfoResponse)(nil),       // 5: kemu.launcher.v1.InfoResponse
+	(*PingRequest)(nil),        // 6: kemu.launcher.v1.PingRequest
+	(*PingResponse)(nil),       // 7: kemu.launcher.v1.PingResponse
+	(*SyncRequest)(nil),        // 8: kemu.launcher.v1.SyncRequest
+	(*SyncResponse)(nil),       // 9: kemu.launcher.v1.SyncResponse
+	(*ShutdownRequest)(nil),    // 10: kemu.launcher.v1.ShutdownRequest
+	(*Domain)(nil),             // 11: kemu.launcher.v1.Domain
+	(*DomainInterface)(nil),    // 12: kemu.launcher.v1.DomainInterface
+	(*DomainResponse)(nil),     // 13: kemu.launcher.v1.DomainResponse
+	(*SoftRebootResponse)(nil), // 14: kemu.launcher.v1.SoftRebootResponse
+	(*VCPU)(nil),               // 15: kemu.launcher.v1.VCPU
+	(*BlockStat)(nil),          // 16: kemu.launcher.v1.BlockStat
+	(*StatsResponse)(nil),      // 17: kemu.launcher.v1.StatsResponse
+	(*GuestInterface)(nil),     // 18: kemu.launcher.v1.GuestInterface
+	(*GuestInfoResponse)(nil),  // 19: kemu.launcher.v1.GuestInfoResponse
+	(*WatchRequest)(nil),       // 20: kemu.launcher.v1.WatchRequest
+	(*WatchEvent)(nil),         // 21: kemu.launcher.v1.WatchEvent
+	(*QmpEvent)(nil),           // 22: kemu.launcher.v1.QmpEvent
+	(*QmpRequest)(nil),         // 23: kemu.launcher.v1.QmpRequest
+	(*QmpResponse)(nil),        // 24: kemu.launcher.v1.QmpResponse
+	(*ConsoleInput)(nil),       // 25: kemu.launcher.v1.ConsoleInput
+	(*ConsoleOutput)(nil),      // 26: kemu.launcher.v1.ConsoleOutput
+	(*MigrateRequest)(nil),     // 27: kemu.launcher.v1.MigrateRequest
 }
 var file_launcher_proto_depIdxs = []int32{
-	8,  // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
-	9,  // 1: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
-	8,  // 2: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
-	11, // 3: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
-	12, // 4: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
-	14, // 5: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
-	8,  // 6: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
-	18, // 7: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	1,  // 8: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	3,  // 9: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	5,  // 10: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	0,  // 11: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	0,  // 12: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	7,  // 13: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	0,  // 14: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	0,  // 15: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	0,  // 16: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
-	0,  // 17: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	0,  // 18: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	0,  // 19: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	0,  // 20: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	16, // 21: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	19, // 22: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	21, // 23: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	23, // 24: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	5,  // 25: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	0,  // 26: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	0,  // 27: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	2,  // 28: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	4,  // 29: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	6,  // 30: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	0,  // 31: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	0,  // 32: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	10, // 33: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	10, // 34: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	0,  // 35: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	0,  // 36: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.Empty
-	10, // 37: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	13, // 38: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	0,  // 39: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	15, // 40: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	17, // 41: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	20, // 42: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	22, // 43: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	0,  // 44: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	0,  // 45: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
-	0,  // 46: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	0,  // 47: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	28, // [28:48] is the sub-list for method output_type
-	8,  // [8:28] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	11, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
+	0,  // 1: kemu.launcher.v1.Domain.state:type_name -> kemu.launcher.v1.DomainState
+	1,  // 2: kemu.launcher.v1.Domain.reason:type_name -> kemu.launcher.v1.DomainReason
+	12, // 3: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
+	11, // 4: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
+	2,  // 5: kemu.launcher.v1.DomainResponse.shutdown_method:type_name -> kemu.launcher.v1.PowerMethod
+	2,  // 6: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.PowerMethod
+	15, // 7: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
+	16, // 8: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
+	18, // 9: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
+	11, // 10: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
+	22, // 11: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
+	4,  // 12: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	6,  // 13: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	8,  // 14: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	3,  // 15: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	3,  // 16: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	10, // 17: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	3,  // 18: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	3,  // 19: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	3,  // 20: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	3,  // 21: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	3,  // 22: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	3,  // 23: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	3,  // 24: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	20, // 25: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	23, // 26: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	25, // 27: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	27, // 28: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	8,  // 29: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	3,  // 30: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	3,  // 31: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	5,  // 32: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	7,  // 33: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	9,  // 34: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	3,  // 35: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	3,  // 36: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	13, // 37: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	13, // 38: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	3,  // 39: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	14, // 40: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	13, // 41: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	17, // 42: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	3,  // 43: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	19, // 44: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	21, // 45: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	24, // 46: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	26, // 47: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	3,  // 48: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	3,  // 49: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
+	3,  // 50: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	3,  // 51: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	32, // [32:52] is the sub-list for method output_type
+	12, // [12:32] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -1768,7 +2084,7 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[17].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[18].OneofWrappers = []any{
 		(*WatchEvent_Domain)(nil),
 		(*WatchEvent_QmpEvent)(nil),
 	}
@@ -1777,13 +2093,14 @@ func file_launcher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   24,
+			NumEnums:      3,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_launcher_proto_goTypes,
 		DependencyIndexes: file_launcher_proto_depIdxs,
+		EnumInfos:         file_launcher_proto_enumTypes,
 		MessageInfos:      file_launcher_proto_msgTypes,
 	}.Build()
 	File_launcher_proto = out.File

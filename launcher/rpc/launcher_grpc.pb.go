@@ -57,13 +57,17 @@ type LauncherClient interface {
 	Sync(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*SyncResponse, error)
 	Pause(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 	Unpause(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
-	// Shutdown presses the ACPI power button until the grace period ends,
-	// then stops QEMU; it returns when QEMU is gone.
+	// Shutdown asks the guest to power off (through the guest agent when it
+	// is connected, else the ACPI power button, pressed again until the grace
+	// period ends), then stops QEMU; it returns when QEMU is gone, with the
+	// final domain and the method in DomainResponse.shutdown_method.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*DomainResponse, error)
 	Kill(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*DomainResponse, error)
 	Reset(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
-	// SoftReboot asks the guest to reboot: Ctrl+Alt+Delete on its keyboard.
-	SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
+	// SoftReboot asks the guest to reboot: through the guest agent
+	// (guest-shutdown mode=reboot) when it is connected, else Ctrl+Alt+Delete
+	// on its keyboard. The reply says which.
+	SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*SoftRebootResponse, error)
 	GetDomain(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*DomainResponse, error)
 	GetStats(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatsResponse, error)
 	GuestPing(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
@@ -72,6 +76,7 @@ type LauncherClient interface {
 	// after a reconnect without missing anything still kept.
 	WatchDomain(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	// Qmp passes one raw QMP command (JSON) through; the reply is JSON too.
+	// For the debug shell only: no kemu component drives QEMU through it.
 	Qmp(ctx context.Context, in *QmpRequest, opts ...grpc.CallOption) (*QmpResponse, error)
 	// Console is the serial console: input in, output out.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error)
@@ -170,9 +175,9 @@ func (c *launcherClient) Reset(ctx context.Context, in *Empty, opts ...grpc.Call
 	return out, nil
 }
 
-func (c *launcherClient) SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error) {
+func (c *launcherClient) SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*SoftRebootResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(SoftRebootResponse)
 	err := c.cc.Invoke(ctx, Launcher_SoftReboot_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -314,13 +319,17 @@ type LauncherServer interface {
 	Sync(context.Context, *SyncRequest) (*SyncResponse, error)
 	Pause(context.Context, *Empty) (*Empty, error)
 	Unpause(context.Context, *Empty) (*Empty, error)
-	// Shutdown presses the ACPI power button until the grace period ends,
-	// then stops QEMU; it returns when QEMU is gone.
+	// Shutdown asks the guest to power off (through the guest agent when it
+	// is connected, else the ACPI power button, pressed again until the grace
+	// period ends), then stops QEMU; it returns when QEMU is gone, with the
+	// final domain and the method in DomainResponse.shutdown_method.
 	Shutdown(context.Context, *ShutdownRequest) (*DomainResponse, error)
 	Kill(context.Context, *Empty) (*DomainResponse, error)
 	Reset(context.Context, *Empty) (*Empty, error)
-	// SoftReboot asks the guest to reboot: Ctrl+Alt+Delete on its keyboard.
-	SoftReboot(context.Context, *Empty) (*Empty, error)
+	// SoftReboot asks the guest to reboot: through the guest agent
+	// (guest-shutdown mode=reboot) when it is connected, else Ctrl+Alt+Delete
+	// on its keyboard. The reply says which.
+	SoftReboot(context.Context, *Empty) (*SoftRebootResponse, error)
 	GetDomain(context.Context, *Empty) (*DomainResponse, error)
 	GetStats(context.Context, *Empty) (*StatsResponse, error)
 	GuestPing(context.Context, *Empty) (*Empty, error)
@@ -329,6 +338,7 @@ type LauncherServer interface {
 	// after a reconnect without missing anything still kept.
 	WatchDomain(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	// Qmp passes one raw QMP command (JSON) through; the reply is JSON too.
+	// For the debug shell only: no kemu component drives QEMU through it.
 	Qmp(context.Context, *QmpRequest) (*QmpResponse, error)
 	// Console is the serial console: input in, output out.
 	Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error
@@ -371,7 +381,7 @@ func (UnimplementedLauncherServer) Kill(context.Context, *Empty) (*DomainRespons
 func (UnimplementedLauncherServer) Reset(context.Context, *Empty) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
-func (UnimplementedLauncherServer) SoftReboot(context.Context, *Empty) (*Empty, error) {
+func (UnimplementedLauncherServer) SoftReboot(context.Context, *Empty) (*SoftRebootResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SoftReboot not implemented")
 }
 func (UnimplementedLauncherServer) GetDomain(context.Context, *Empty) (*DomainResponse, error) {

@@ -264,7 +264,7 @@ func (c *Client) follow(ctx context.Context, next *int64, fn func(*rpc.Domain)) 
 			*next = d.GetSeq() + 1
 		}
 		fn(d)
-		if d.GetState() == "Shutoff" {
+		if d.GetState() == rpc.DomainState_Shutoff {
 			return nil
 		}
 	}

@@ -76,9 +76,9 @@ func (f *fakeLauncher) WatchDomain(req *rpc.WatchRequest, s grpc.ServerStreaming
 		if sent == f.breakEvery {
 			return status.Error(codes.Unavailable, "broken on purpose")
 		}
-		state := "Running"
+		state := rpc.DomainState_Running
 		if seq == f.total {
-			state = "Shutoff"
+			state = rpc.DomainState_Shutoff
 		}
 		if err := s.Send(&rpc.WatchEvent{Event: &rpc.WatchEvent_Domain{Domain: &rpc.Domain{Seq: seq, State: state}}}); err != nil {
 			return err

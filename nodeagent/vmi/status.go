@@ -12,24 +12,25 @@ import (
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
-// Domain states and reasons the launcher reports (launcher/state.go).
+// Domain states and reasons the launcher reports: the command API's enums
+// (launcher/rpc), under short names.
 const (
-	stateStarting     = "Starting"
-	stateRunning      = "Running"
-	statePaused       = "Paused"
-	stateShuttingDown = "ShuttingDown"
-	stateShutoff      = "Shutoff"
-	stateMigrating    = "Migrating"
+	stateStarting     = rpc.DomainState_Starting
+	stateRunning      = rpc.DomainState_Running
+	statePaused       = rpc.DomainState_Paused
+	stateShuttingDown = rpc.DomainState_ShuttingDown
+	stateShutoff      = rpc.DomainState_Shutoff
+	stateMigrating    = rpc.DomainState_Migrating
 
-	domainReasonUser          = "User"
-	domainReasonIOError       = "IOError"
-	domainReasonStartPaused   = "StartStrategyPaused"
-	domainReasonMigration     = "Migration"
-	domainReasonGuestShutdown = "GuestShutdown"
-	domainReasonHostRequest   = "HostRequest"
-	domainReasonCrashed       = "Crashed"
-	domainReasonFailedToStart = "FailedToStart"
-	domainReasonGuestPanicked = "GuestPanicked"
+	domainReasonUser          = rpc.DomainReason_User
+	domainReasonIOError       = rpc.DomainReason_IOError
+	domainReasonStartPaused   = rpc.DomainReason_StartStrategyPaused
+	domainReasonMigration     = rpc.DomainReason_Migration
+	domainReasonGuestShutdown = rpc.DomainReason_GuestShutdown
+	domainReasonHostRequest   = rpc.DomainReason_HostRequest
+	domainReasonCrashed       = rpc.DomainReason_Crashed
+	domainReasonFailedToStart = rpc.DomainReason_FailedToStart
+	domainReasonGuestPanicked = rpc.DomainReason_GuestPanicked
 )
 
 // Reasons the node agent writes into status.reason and its conditions.
@@ -131,7 +132,7 @@ type Observation struct {
 }
 
 // running is the set of states in which QEMU runs the guest.
-func running(state string) bool {
+func running(state rpc.DomainState) bool {
 	switch state {
 	case stateRunning, statePaused, stateShuttingDown, stateMigrating:
 		return true

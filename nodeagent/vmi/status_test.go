@@ -26,8 +26,8 @@ func cond(typ v1.VirtualMachineInstanceConditionType, status corev1.ConditionSta
 }
 
 func TestApplyStatus(t *testing.T) {
-	runningDom := &rpc.Domain{State: "Running", Reason: "Booted", Seq: 3, Accelerator: "tcg", QemuVersion: "7.2.0", QemuPid: 42}
-	withAgent := &rpc.Domain{State: "Running", Reason: "Booted", Seq: 4, Accelerator: "kvm", QemuPid: 42, AgentConnected: true,
+	runningDom := &rpc.Domain{State: rpc.DomainState_Running, Reason: rpc.DomainReason_Booted, Seq: 3, Accelerator: "tcg", QemuVersion: "7.2.0", QemuPid: 42}
+	withAgent := &rpc.Domain{State: rpc.DomainState_Running, Reason: rpc.DomainReason_Booted, Seq: 4, Accelerator: "kvm", QemuPid: 42, AgentConnected: true,
 		DeviceCgroup: "/sys/fs/cgroup/kemu/qemu", SelinuxContext: "system_u:system_r:svirt_t:s0:c1,c2",
 		Interfaces: []*rpc.DomainInterface{{Name: "default", Mac: "02:00:00:00:00:01", IpAddresses: []string{"10.244.0.5"},
 			GuestIp: "10.0.2.2/24", InfoSource: "domain"}}}
@@ -53,7 +53,7 @@ func TestApplyStatus(t *testing.T) {
 	}{
 		{name: "no domain yet: nothing", status: scheduled, obs: Observation{}, phase: v1.Scheduled},
 		{name: "starting: still Scheduled, emulation known", status: scheduled,
-			obs:   Observation{Domain: &rpc.Domain{State: "Starting", Accelerator: "tcg"}},
+			obs:   Observation{Domain: &rpc.Domain{State: rpc.DomainState_Starting, Accelerator: "tcg"}},
 			phase: v1.Scheduled, conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceSoftwareEmulation, "True", ReasonTCG)}},
 		{name: "running under tcg without device cgroup", status: scheduled, obs: Observation{Domain: runningDom, Synced: true, LauncherVersion: "dev"},
 			phase: v1.Running, newTransitions: 1, selinux: "none",
@@ -86,7 +86,7 @@ func TestApplyStatus(t *testing.T) {
 				cond(v1.VirtualMachineInstanceAgentConnected, "True", ReasonAgentConnected),
 				cond(v1.VirtualMachineInstanceDevicesConfined, "True", ReasonDeviceCgroup),
 			}},
-		{name: "paused by the user", obs: Observation{Domain: &rpc.Domain{State: "Paused", Reason: "User", Accelerator: "kvm"}},
+		{name: "paused by the user", obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Paused, Reason: rpc.DomainReason_User, Accelerator: "kvm"}},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running, Conditions: []v1.VirtualMachineInstanceCondition{
 				cond(v1.VirtualMachineInstanceAgentConnected, "True", ReasonAgentConnected)}},
 			phase: v1.Running, selinux: "none", conds: []v1.VirtualMachineInstanceCondition{
@@ -94,7 +94,7 @@ func TestApplyStatus(t *testing.T) {
 				cond(v1.VirtualMachineInstancePaused, "True", ReasonPausedByUser),
 				cond(v1.VirtualMachineInstanceDevicesConfined, "False", ReasonNoDeviceCgroup),
 			}},
-		{name: "paused on an I/O error", obs: Observation{Domain: &rpc.Domain{State: "Paused", Reason: "IOError", DeviceCgroup: "x"}},
+		{name: "paused on an I/O error", obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Paused, Reason: rpc.DomainReason_IOError, DeviceCgroup: "x"}},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}, phase: v1.Running, selinux: "none",
 			conds: []v1.VirtualMachineInstanceCondition{
 				cond(v1.VirtualMachineInstanceReady, "False", ReasonPaused),
@@ -102,26 +102,26 @@ func TestApplyStatus(t *testing.T) {
 				cond(v1.VirtualMachineInstanceDevicesConfined, "True", ReasonDeviceCgroup),
 			}},
 		{name: "guest powered off: Succeeded",
-			obs: Observation{Domain: &rpc.Domain{State: "Shutoff", Reason: "GuestShutdown", Exited: true, Message: "QEMU exited with status 0"}},
+			obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_GuestShutdown, Exited: true, Message: "QEMU exited with status 0"}},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running, Conditions: []v1.VirtualMachineInstanceCondition{
 				cond(v1.VirtualMachineInstanceAgentConnected, "True", ReasonAgentConnected),
 				cond(v1.VirtualMachineInstanceReady, "True", "")}},
 			phase: v1.Succeeded, reason: ReasonGuestShutdown, newTransitions: 1,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceReady, "False", ReasonGuestShutdown)}},
-		{name: "crashed", obs: Observation{Domain: &rpc.Domain{State: "Shutoff", Reason: "Crashed", Exited: true, ExitCode: 1}},
+		{name: "crashed", obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_Crashed, Exited: true, ExitCode: 1}},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}, phase: v1.Failed, reason: ReasonCrashed, newTransitions: 1,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceReady, "False", ReasonCrashed)}},
-		{name: "failed to start", obs: Observation{Domain: &rpc.Domain{State: "Shutoff", Reason: "FailedToStart"}},
+		{name: "failed to start", obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_FailedToStart}},
 			status: scheduled, phase: v1.Failed, reason: ReasonFailedToStart, newTransitions: 1,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceReady, "False", ReasonFailedToStart)}},
-		{name: "stopped by the host after the grace period", obs: Observation{Domain: &rpc.Domain{State: "Shutoff", Reason: "HostRequest"}},
+		{name: "stopped by the host after the grace period", obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_HostRequest}},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}, phase: v1.Failed, reason: ReasonKilled, newTransitions: 1,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceReady, "False", ReasonKilled)}},
 		{name: "launcher gone", obs: Observation{Domain: runningDom, Gone: "launcher gone: connection refused"},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}, phase: v1.Failed, reason: ReasonLauncherGone, newTransitions: 1,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceReady, "False", ReasonLauncherGone)}},
 		{name: "gone after a final state: the final state wins",
-			obs:    Observation{Domain: &rpc.Domain{State: "Shutoff", Reason: "GuestShutdown"}, Gone: "socket gone"},
+			obs:    Observation{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_GuestShutdown}, Gone: "socket gone"},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}, phase: v1.Succeeded, reason: ReasonGuestShutdown, newTransitions: 1,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceReady, "False", ReasonGuestShutdown)}},
 		{name: "final stays final", obs: Observation{Domain: runningDom},
@@ -129,7 +129,7 @@ func TestApplyStatus(t *testing.T) {
 		{name: "sync refused", obs: Observation{SyncError: "cannot change while the VM runs: spec.domain.memory"},
 			status: scheduled, phase: v1.Scheduled,
 			conds: []v1.VirtualMachineInstanceCondition{cond(v1.VirtualMachineInstanceSynchronized, "False", ReasonSyncFailed)}},
-		{name: "kvm drops SoftwareEmulation", obs: Observation{Domain: &rpc.Domain{State: "Running", Accelerator: "kvm", DeviceCgroup: "x"}},
+		{name: "kvm drops SoftwareEmulation", obs: Observation{Domain: &rpc.Domain{State: rpc.DomainState_Running, Accelerator: "kvm", DeviceCgroup: "x"}},
 			status: v1.VirtualMachineInstanceStatus{Phase: v1.Running, SelinuxContext: "none", Conditions: []v1.VirtualMachineInstanceCondition{
 				cond(v1.VirtualMachineInstanceSoftwareEmulation, "True", ReasonTCG),
 				cond(v1.VirtualMachineInstancePaused, "True", ReasonPausedByUser)}},
@@ -193,8 +193,8 @@ func TestApplyStatus(t *testing.T) {
 // Condition times: the transition time moves only when the status does.
 func TestConditionTimes(t *testing.T) {
 	vmi := &v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}}
-	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: "Running"}, Now: t0})
-	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: "Paused", Reason: "User"}, Now: t1})
+	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: rpc.DomainState_Running}, Now: t0})
+	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: rpc.DomainState_Paused, Reason: rpc.DomainReason_User}, Now: t1})
 	for _, c := range vmi.Status.Conditions {
 		if c.Type == v1.VirtualMachineInstanceReady && (c.Status != "False" || !c.LastTransitionTime.Equal(&t1)) {
 			t.Errorf("Ready %+v, want False since t1", c)
@@ -208,7 +208,7 @@ func TestConditionTimes(t *testing.T) {
 func TestSyncedMessage(t *testing.T) {
 	vmi := &v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled}}
 	ApplyStatus(vmi, Observation{Synced: true, LauncherVersion: "v0.1", Now: t0,
-		Domain: &rpc.Domain{State: "Running", QemuVersion: "7.2.0", Accelerator: "tcg"}})
+		Domain: &rpc.Domain{State: rpc.DomainState_Running, QemuVersion: "7.2.0", Accelerator: "tcg"}})
 	for _, c := range vmi.Status.Conditions {
 		if c.Type == v1.VirtualMachineInstanceSynchronized {
 			if c.Message != "QEMU 7.2.0, accelerator tcg, launcher v0.1" {
@@ -261,7 +261,7 @@ func TestGuestInfoCapped(t *testing.T) {
 		Interfaces: append(junk, &rpc.GuestInterface{Name: "eth0", Mac: "52:54:00:00:00:01", IpAddresses: ips})}
 
 	vmi := &v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}}
-	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: "Running", AgentConnected: true, Interfaces: dom}, Guest: guest, Now: t0})
+	ApplyStatus(vmi, Observation{Domain: &rpc.Domain{State: rpc.DomainState_Running, AgentConnected: true, Interfaces: dom}, Guest: guest, Now: t0})
 	st := vmi.Status
 
 	osi := st.GuestOSInfo

@@ -383,9 +383,11 @@ func (c *Controller) desiredState(ctx context.Context, st *vmiState, vmi *v1.Vir
 
 // softReboot acts once on each kemu.dev/soft-reboot value that differs
 // from kemu.dev/soft-reboot-done, then records it there. The request is the
-// launcher's SoftReboot RPC: Ctrl+Alt+Delete on the guest's keyboard, which
-// the guest OS answers by rebooting itself as on a console three-finger
-// salute. (ACPI has no reboot button; system_reset would be a hard reset.)
+// launcher's SoftReboot RPC: the guest agent's guest-shutdown mode=reboot
+// when the agent is connected, else Ctrl+Alt+Delete on the guest's
+// keyboard, which the guest OS answers by rebooting itself as on a console
+// three-finger salute (ACPI has no reboot button; system_reset would be a
+// hard reset). The reply names the method, which the log records.
 func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, d *rpc.Domain) error {
 	req := vmi.Annotations[v1.VMISoftRebootAnnotation]
 	if req == "" || req == vmi.Annotations[v1.VMISoftRebootDoneAnnotation] {
@@ -400,7 +402,7 @@ func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.Virtu
 			return nil // paused or shutting down: later
 		}
 		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		_, err := st.client.SoftReboot(rctx, &rpc.Empty{})
+		resp, err := st.client.SoftReboot(rctx, &rpc.Empty{})
 		cancel()
 		countRPC("SoftReboot", err)
 		if status.Code(err) == codes.FailedPrecondition {
@@ -412,7 +414,7 @@ func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.Virtu
 		st.mu.Lock()
 		st.rebooted = req
 		st.mu.Unlock()
-		logger.Info("Soft reboot requested (Ctrl+Alt+Delete)", "request", req)
+		logger.Info("Soft reboot requested", "request", req, "method", resp.GetMethod())
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{v1.VMISoftRebootDoneAnnotation: req}}})

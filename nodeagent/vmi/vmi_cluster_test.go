@@ -522,7 +522,7 @@ func TestLifecycle(t *testing.T) {
 		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == ReasonPausedByUser &&
 			condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionFalse) && vmi.Status.Phase == v1.Running
 	})
-	if d := v.domain(t, ctx); d.GetState() != "Paused" {
+	if d := v.domain(t, ctx); d.GetState() != rpc.DomainState_Paused {
 		t.Errorf("launcher domain %v, want Paused", d)
 	}
 	patchVMI(t, ctx, v.name, `{"metadata":{"annotations":{"kemu.dev/paused":null}}}`)
@@ -578,7 +578,7 @@ drain:
 		t.Errorf("the restarted node agent wrote the VMI %d times: %v", len(events), events)
 	}
 	after := v.domain(t, ctx)
-	if after.GetQemuPid() != before.GetQemuPid() || after.GetStartedUnixNano() != before.GetStartedUnixNano() || after.GetState() != "Running" {
+	if after.GetQemuPid() != before.GetQemuPid() || after.GetStartedUnixNano() != before.GetStartedUnixNano() || after.GetState() != rpc.DomainState_Running {
 		t.Errorf("the VM changed across the restart: before %v, after %v", before, after)
 	}
 	t.Logf("QEMU pid %d before and after the restart", after.GetQemuPid())
@@ -632,7 +632,8 @@ drain:
 
 // TestPodTerminating: a launcher Pod being deleted (the kubelet has not
 // acted yet: there is none) makes the node agent shut the guest down
-// with the VMI's grace period: ACPI, Succeeded.
+// with the VMI's grace period: through the guest agent, which is
+// connected, Succeeded.
 func TestPodTerminating(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -651,8 +652,10 @@ func TestPodTerminating(t *testing.T) {
 	if vmi.Status.Phase != v1.Succeeded || vmi.Status.Reason != ReasonGuestShutdown {
 		t.Errorf("phase %s reason %q, want Succeeded GuestShutdown", vmi.Status.Phase, vmi.Status.Reason)
 	}
-	if !strings.Contains(v.log.String(), `event="POWERDOWN"`) {
-		t.Error("no ACPI power button press in the launcher log")
+	// With the agent connected the launcher asks through it (guest-shutdown
+	// mode=powerdown), not with the ACPI power button.
+	if !strings.Contains(v.log.String(), `asked="GuestAgent"`) {
+		t.Error("the guest agent was not asked to power the guest off (launcher log)")
 	}
 }
 
@@ -770,7 +773,7 @@ func TestLauncherVerification(t *testing.T) {
 	// Each refused socket is looked at again (every 5 × 200 ms): let every
 	// one be refused twice more, then the victim must be as it was.
 	waitRefusals(t, ctx, 8)
-	if d := victim.domain(t, ctx); d.GetState() != "Running" || d.GetQemuPid() != before.GetQemuPid() {
+	if d := victim.domain(t, ctx); d.GetState() != rpc.DomainState_Running || d.GetQemuPid() != before.GetQemuPid() {
 		t.Errorf("the victim's domain changed: before %v, now %v", before, d)
 	}
 	for _, m := range victim.rpcs() {
@@ -814,7 +817,7 @@ func TestLauncherVerification(t *testing.T) {
 	if ev := waitEvent(t, ctx, link.name, EventLauncherVerified); ev.Type != corev1.EventTypeNormal {
 		t.Errorf("event %+v", ev)
 	}
-	if d := victim.domain(t, ctx); d.GetState() != "Running" || d.GetQemuPid() != before.GetQemuPid() {
+	if d := victim.domain(t, ctx); d.GetState() != rpc.DomainState_Running || d.GetQemuPid() != before.GetQemuPid() {
 		t.Errorf("the victim's domain changed: before %v, now %v", before, d)
 	}
 }
@@ -868,7 +871,7 @@ func TestLauncherReplacedWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRefusals(t, ctx, 3)
-	if d := victim.domain(t, ctx); d.GetState() != "Running" || d.GetQemuPid() != before.GetQemuPid() {
+	if d := victim.domain(t, ctx); d.GetState() != rpc.DomainState_Running || d.GetQemuPid() != before.GetQemuPid() {
 		t.Errorf("the victim's domain changed: before %v, now %v", before, d)
 	}
 	for _, m := range victim.rpcs() {

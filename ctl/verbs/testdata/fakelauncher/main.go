@@ -32,7 +32,7 @@ func (f *fake) Info(context.Context, *rpc.InfoRequest) (*rpc.InfoResponse, error
 }
 
 func (f *fake) GetDomain(context.Context, *rpc.Empty) (*rpc.DomainResponse, error) {
-	return &rpc.DomainResponse{Domain: &rpc.Domain{State: "Running", Reason: "Booted", Seq: 1, QemuPid: 4242,
+	return &rpc.DomainResponse{Domain: &rpc.Domain{State: rpc.DomainState_Running, Reason: rpc.DomainReason_Booted, Seq: 1, QemuPid: 4242,
 		QemuVersion: "fake", Accelerator: "tcg", StartedUnixNano: f.started.UnixNano(), SinceUnixNano: f.started.UnixNano()}}, nil
 }
 
