@@ -52,7 +52,8 @@ import (
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/worker"
+	"github.com/kemu-dev/kemu/kube/status"
+	"github.com/kemu-dev/kemu/kube/worker"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 )
 
@@ -111,9 +112,9 @@ type Controller struct {
 	vmis   map[string]*vmiState
 	runCtx context.Context
 
-	// written holds, per key, the resourceVersion our last status write
-	// replaced: a cache still at that version is stale.
-	written sync.Map
+	// written: a cache still showing the VMI our last status write
+	// replaced is stale.
+	written status.Writes
 }
 
 // New checks the configuration; Run starts the informers and workers.

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	kubestatus "github.com/kemu-dev/kemu/kube/status"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
@@ -37,7 +37,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	vmi, err := c.vmiLister.VirtualMachineInstances(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.drop(key)
-		c.written.Delete(key)
+		c.written.Forget(key)
 		return 0, nil
 	}
 	if err != nil {
@@ -48,13 +48,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.drop(key)
 		return 0, nil
 	}
-	if rv, ok := c.written.Load(key); ok {
-		if rv == vmi.ResourceVersion {
-			// Our last status write is not in the cache yet; its event
-			// requeues us.
-			return 5 * time.Second, nil
-		}
-		c.written.Delete(key)
+	if c.written.Stale(key, vmi.ResourceVersion) {
+		// Our last status write is not in the cache yet; its event
+		// requeues us.
+		return 5 * time.Second, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("vmi", key)
 	ctx = klog.NewContext(ctx, logger)
@@ -548,45 +545,30 @@ func (c *Controller) startShutdown(ctx context.Context, st *vmiState, vmi *v1.Vi
 // changed; on a conflict it re-reads the VMI and recomputes, so the
 // controller's fields written in between are kept.
 func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o Observation, refusal *launcherclient.UnverifiedError) error {
-	client := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace)
-	key := vmi.Namespace + "/" + vmi.Name
-	cur := vmi.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		before := cur.Status.DeepCopy()
-		if !cur.Status.Phase.IsFinal() {
-			ApplyStatus(cur, o)
-			launcherCondition(cur, refusal, o.Now)
-		}
-		if equality.Semantic.DeepEqual(before, &cur.Status) {
-			return nil
-		}
-		_, err := client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		if err == nil {
-			statusWrites.WithLabelValues("success").Inc()
-			c.written.Store(key, cur.ResourceVersion)
-			if before.Phase != cur.Status.Phase {
-				klog.FromContext(ctx).Info("VMI phase changed", "from", before.Phase, "to", cur.Status.Phase,
-					"reason", cur.Status.Reason)
-			} else {
-				klog.FromContext(ctx).V(2).Info("VMI status updated")
+	res, err := kubestatus.Update(ctx, c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace), vmi,
+		func(vmi *v1.VirtualMachineInstance) {
+			if !vmi.Status.Phase.IsFinal() {
+				ApplyStatus(vmi, o)
+				launcherCondition(vmi, refusal, o.Now)
 			}
+		})
+	statusWrites.WithLabelValues("conflict").Add(float64(res.Conflicts))
+	switch {
+	case err != nil:
+		statusWrites.WithLabelValues("error").Inc()
+		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		if !apierrors.IsConflict(err) || attempt >= 4 {
-			statusWrites.WithLabelValues("error").Inc()
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("updating the status of %s: %w", key, err)
-		}
-		statusWrites.WithLabelValues("conflict").Inc()
-		fresh, gerr := client.Get(ctx, vmi.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(gerr) {
-			return nil
-		}
-		if gerr != nil {
-			return gerr
-		}
-		cur = fresh
+		return err
+	case !res.Written:
+		return nil
 	}
+	statusWrites.WithLabelValues("success").Inc()
+	c.written.Record(vmi.Namespace+"/"+vmi.Name, res.Before.ResourceVersion)
+	if from, to := res.Before.Status.Phase, res.After.Status.Phase; from != to {
+		klog.FromContext(ctx).Info("VMI phase changed", "from", from, "to", to, "reason", res.After.Status.Reason)
+	} else {
+		klog.FromContext(ctx).V(2).Info("VMI status updated")
+	}
+	return nil
 }
