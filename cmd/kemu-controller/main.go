@@ -37,6 +37,7 @@ import (
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/controller/vm"
 	"github.com/kemu-dev/kemu/controller/vmi"
+	"github.com/kemu-dev/kemu/kube/events"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -164,7 +165,7 @@ func serve(ctx context.Context, o options) error {
 		defer srv.Shutdown(context.Background()) //nolint:errcheck // best effort at exit
 	}
 
-	recorder, stopRecorder, err := controller.NewRecorder(ctx, kube, "kemu-controller")
+	recorder, stopRecorder, err := events.NewRecorder(ctx, kube, "kemu-controller")
 	if err != nil {
 		return err
 	}

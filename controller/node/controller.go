@@ -27,7 +27,7 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 
-	"github.com/kemu-dev/kemu/controller/worker"
+	"github.com/kemu-dev/kemu/kube/worker"
 )
 
 // Defaults of Options.

@@ -11,10 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/status"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // heartbeat is what a Node's heartbeat annotation says at a time.
@@ -180,29 +181,17 @@ func (c *Controller) failOrphans(ctx context.Context, nodeName, why string) (tim
 // failVMI moves the VMI to Failed with reason NodeUnresponsive, if it is
 // still unfinished on that node.
 func (c *Controller) failVMI(ctx context.Context, cached *v1.VirtualMachineInstance, nodeName, why string) error {
-	client := c.kemu.KemuV1alpha1().VirtualMachineInstances(cached.Namespace)
-	vmi := cached.DeepCopy()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if vmi == nil {
-			fresh, err := client.Get(ctx, cached.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
+	res, err := status.Update(ctx, c.kemu.KemuV1alpha1().VirtualMachineInstances(cached.Namespace), cached,
+		func(vmi *v1.VirtualMachineInstance) {
+			if vmi.Status.NodeName == nodeName && !vmi.Status.Phase.IsFinal() {
+				markFailed(vmi, why, metav1.NewTime(c.opts.Now()))
 			}
-			vmi = fresh
-		}
-		if vmi.UID != cached.UID || vmi.Status.NodeName != nodeName || vmi.Status.Phase.IsFinal() {
-			return nil
-		}
-		markFailed(vmi, why, metav1.NewTime(c.opts.Now()))
-		_, err := client.UpdateStatus(ctx, vmi, metav1.UpdateOptions{})
-		vmi = nil // re-read on a conflict
-		return err
-	})
-	if apierrors.IsNotFound(err) {
+		})
+	if apierrors.IsNotFound(err) || (err == nil && !res.Written) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("failing VMI %s/%s: %w", cached.Namespace, cached.Name, err)
+		return fmt.Errorf("failing VMI: %w", err)
 	}
 	klog.InfoS("Failed VMI of an unresponsive node", "vmi", klog.KObj(cached), "node", nodeName)
 	c.recorder.Eventf(cached, corev1.EventTypeWarning, ReasonNodeUnresponsive, "%s and no launcher Pod is left: VMI failed", why)
@@ -211,18 +200,8 @@ func (c *Controller) failVMI(ctx context.Context, cached *v1.VirtualMachineInsta
 
 // markFailed sets the VMI's status to Failed, NodeUnresponsive.
 func markFailed(vmi *v1.VirtualMachineInstance, why string, now metav1.Time) {
-	st := &vmi.Status
-	st.Phase = v1.Failed
-	st.Reason = ReasonNodeUnresponsive
-	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps,
-		v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: v1.Failed, PhaseTransitionTimestamp: now})
-	ready := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse,
-		Reason: ReasonNodeUnresponsive, Message: why, LastProbeTime: now, LastTransitionTime: now}
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == v1.VirtualMachineInstanceReady {
-			st.Conditions[i] = ready
-			return
-		}
-	}
-	st.Conditions = append(st.Conditions, ready)
+	vmistatus.SetPhase(vmi, v1.Failed, now)
+	vmi.Status.Reason = ReasonNodeUnresponsive
+	vmistatus.SetCondition(vmi, v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceReady,
+		Status: corev1.ConditionFalse, Reason: ReasonNodeUnresponsive, Message: why}, now)
 }

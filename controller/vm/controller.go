@@ -31,8 +31,8 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	listers "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-
-	"github.com/kemu-dev/kemu/controller/worker"
+	"github.com/kemu-dev/kemu/kube/expectations"
+	"github.com/kemu-dev/kemu/kube/worker"
 )
 
 // Defaults of Options.
@@ -42,7 +42,7 @@ const (
 	DefaultStartBackoffJitter = 0.5
 	// ExpectationsTimeout is how long an unobserved create or delete blocks
 	// further actions on a VM (as in Kubernetes' controllers).
-	ExpectationsTimeout = 5 * time.Minute
+	ExpectationsTimeout = expectations.DefaultTTL
 )
 
 // Options tune the controller. The zero value is the default.
@@ -94,7 +94,7 @@ type Controller struct {
 	factories []interface{ Start(<-chan struct{}) }
 
 	queue        workqueue.TypedRateLimitingInterface[string]
-	expectations *expectations
+	expectations *expectations.Expectations
 	backoff      backoff
 
 	runOnce sync.Once
@@ -122,7 +122,7 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 		factories: []interface{ Start(<-chan struct{}) }{kubeInformers, kemuInformers},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kemu-vm"}),
-		expectations: newExpectations(opts.Now, ExpectationsTimeout),
+		expectations: expectations.New(ExpectationsTimeout, opts.Now),
 		backoff: backoff{base: opts.StartBackoffBase, max: opts.StartBackoffMax,
 			jitter: opts.StartBackoffJitter},
 	}
@@ -182,7 +182,7 @@ func (c *Controller) vmDeleted(obj any) {
 		utilruntime.HandleError(err)
 		return
 	}
-	c.expectations.forget(key)
+	c.expectations.Delete(key)
 	c.queue.Add(key)
 }
 
@@ -205,7 +205,7 @@ func (c *Controller) vmiAdded(obj any) {
 		return
 	}
 	if controlledByVM(vmi) {
-		c.expectations.creationObserved(key)
+		c.expectations.CreationObserved(key)
 	}
 	c.queue.Add(key)
 }
@@ -239,6 +239,6 @@ func (c *Controller) vmiDeleted(obj any) {
 	if err != nil {
 		return
 	}
-	c.expectations.deletionObserved(key, vmi.UID)
+	c.expectations.DeletionObserved(key, vmi.UID)
 	c.queue.Add(key)
 }

@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // VMI condition types and reasons the VM's printableStatus reads (the
@@ -55,7 +56,7 @@ func computeStatus(in statusInput) v1.VirtualMachineStatus {
 	st := *in.vm.Status.DeepCopy()
 	vmi := in.vmi
 	st.Created = vmi != nil
-	st.Ready = vmi != nil && !vmi.Status.Phase.IsFinal() && vmiCondition(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue, "")
+	st.Ready = vmi != nil && !vmi.Status.Phase.IsFinal() && vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue, "")
 	// Like KubeVirt, status.runStrategy appears once a VMI was created, so
 	// RerunOnFailure can tell "never started" from "ended".
 	if st.RunStrategy != "" || st.Created {
@@ -99,7 +100,7 @@ func printableStatus(in statusInput) v1.VirtualMachinePrintableStatus {
 	vm, vmi := in.vm, in.vmi
 	final := vmi != nil && vmi.Status.Phase.IsFinal()
 	running := vmi != nil && vmi.Status.Phase == v1.Running
-	paused := vmiCondition(vmi, v1.VirtualMachineInstancePaused, corev1.ConditionTrue, "")
+	paused := vmistatus.HasCondition(vmi, v1.VirtualMachineInstancePaused, corev1.ConditionTrue, "")
 	switch {
 	case vm.DeletionTimestamp != nil:
 		return v1.VirtualMachineStatusTerminating
@@ -111,13 +112,13 @@ func printableStatus(in statusInput) v1.VirtualMachinePrintableStatus {
 		return v1.VirtualMachineStatusPaused
 	case running:
 		return v1.VirtualMachineStatusRunning
-	case vmiCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonPvcNotFound):
+	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonPvcNotFound):
 		return v1.VirtualMachineStatusPvcNotFound
-	case vmiCondition(vmi, vmiPodScheduled, corev1.ConditionFalse, reasonUnschedulable):
+	case vmistatus.HasCondition(vmi, vmiPodScheduled, corev1.ConditionFalse, reasonUnschedulable):
 		return v1.VirtualMachineStatusUnschedulable
-	case vmiCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonErrImagePull):
+	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonErrImagePull):
 		return v1.VirtualMachineStatusErrImagePull
-	case vmiCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonImagePullBackOff):
+	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonImagePullBackOff):
 		return v1.VirtualMachineStatusImagePullBackOff
 	case vmi == nil && in.startPending:
 		return v1.VirtualMachineStatusStarting
@@ -140,21 +141,6 @@ func migrating(vmi *v1.VirtualMachineInstance) bool {
 	}
 	m := vmi.Status.MigrationState
 	return m.StartTimestamp != nil && m.EndTimestamp == nil && !m.Completed && !m.Failed
-}
-
-// vmiCondition says whether the VMI has the condition with that status (and
-// reason, unless empty).
-func vmiCondition(vmi *v1.VirtualMachineInstance, t v1.VirtualMachineInstanceConditionType,
-	status corev1.ConditionStatus, reason string) bool {
-	if vmi == nil {
-		return false
-	}
-	for _, c := range vmi.Status.Conditions {
-		if c.Type == t {
-			return c.Status == status && (reason == "" || c.Reason == reason)
-		}
-	}
-	return false
 }
 
 // syncConditions mirrors the VMI's conditions onto the VM: Ready always

@@ -7,16 +7,15 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
+	"github.com/kemu-dev/kemu/kube/status"
 )
 
 var vmKind = v1.SchemeGroupVersion.WithKind("VirtualMachine")
@@ -29,7 +28,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	cached, err := c.vmLister.VirtualMachines(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.expectations.forget(key)
+		c.expectations.Delete(key)
 		return nil
 	}
 	if err != nil {
@@ -44,7 +43,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	switch {
 	case syncErr != nil:
-	case !c.expectations.satisfied(key):
+	case !c.expectations.Satisfied(key):
 		// The informer's event for the pending create or delete requeues
 		// the VM; this only guards against a lost one.
 		c.queue.AddAfter(key, ExpectationsTimeout)
@@ -53,7 +52,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			return err
 		}
 	}
-	if err := c.updateStatus(ctx, key, vm, rs, vmi, syncErr); err != nil {
+	if err := c.updateStatus(ctx, key, vm, vmi, syncErr); err != nil {
 		return err
 	}
 	if syncErr != nil && syncErr.reason != ReasonVMIConflict && syncErr.reason != ReasonInvalidTemplate {
@@ -168,10 +167,10 @@ func (c *Controller) createVMI(ctx context.Context, key string, vm *v1.VirtualMa
 		c.recorder.Event(vm, corev1.EventTypeWarning, ReasonInvalidTemplate, msg)
 		return &syncError{ReasonInvalidTemplate, msg}
 	}
-	c.expectations.expectCreation(key)
+	c.expectations.ExpectCreations(key, 1)
 	created, err := c.kemu.KemuV1alpha1().VirtualMachineInstances(vm.Namespace).Create(ctx, newVMI(vm), metav1.CreateOptions{})
 	if err != nil {
-		c.expectations.creationObserved(key)
+		c.expectations.CreationObserved(key)
 		c.recorder.Eventf(vm, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating VMI %s: %v", vm.Name, err)
 		return &syncError{ReasonFailedCreate, fmt.Sprintf("creating VMI %s: %v", vm.Name, err)}
 	}
@@ -181,12 +180,12 @@ func (c *Controller) createVMI(ctx context.Context, key string, vm *v1.VirtualMa
 }
 
 func (c *Controller) deleteVMI(ctx context.Context, key string, vm *v1.VirtualMachine, vmi *v1.VirtualMachineInstance) *syncError {
-	c.expectations.expectDeletion(key, vmi.UID)
+	c.expectations.ExpectDeletions(key, vmi.UID)
 	// The UID precondition: never delete a newer VMI than the one decided on.
 	err := c.kemu.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &vmi.UID}})
 	if err != nil {
-		c.expectations.deletionObserved(key, vmi.UID)
+		c.expectations.DeletionObserved(key, vmi.UID)
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil // gone already; the informer will tell
 		}
@@ -223,35 +222,14 @@ func (c *Controller) addStartRequest(ctx context.Context, vm *v1.VirtualMachine)
 
 // updateStatus writes the VM's derived status if it changed, re-reading the
 // VM and deriving again on a conflict.
-func (c *Controller) updateStatus(ctx context.Context, key string, vm *v1.VirtualMachine, rs v1.VirtualMachineRunStrategy,
-	vmi *v1.VirtualMachineInstance, syncErr *syncError) error {
-	first := true
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if !first {
-			fresh, err := c.kemu.KemuV1alpha1().VirtualMachines(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if fresh.UID != vm.UID {
-				return nil
-			}
-			vm, rs = fresh, runStrategyOf(fresh)
-		}
-		first = false
-		sf := StartFailureOf(vm)
-		createPending, deletePending := c.expectations.pending(key)
-		st := computeStatus(statusInput{vm: vm, rs: rs, vmi: vmi, startPending: createPending,
-			stopPending: deletePending, failure: sf, syncErr: syncErr, now: metav1.NewTime(c.opts.Now())})
+func (c *Controller) updateStatus(ctx context.Context, key string, vm *v1.VirtualMachine, vmi *v1.VirtualMachineInstance,
+	syncErr *syncError) error {
+	_, err := status.Update(ctx, c.kemu.KemuV1alpha1().VirtualMachines(vm.Namespace), vm, func(vm *v1.VirtualMachine) {
+		creations, deletions := c.expectations.Pending(key)
+		st := computeStatus(statusInput{vm: vm, rs: runStrategyOf(vm), vmi: vmi, startPending: creations > 0,
+			stopPending: deletions > 0, failure: StartFailureOf(vm), syncErr: syncErr, now: metav1.NewTime(c.opts.Now())})
 		st.StartFailure = vm.Status.StartFailure // written by reconcile, kept here
-		if equality.Semantic.DeepEqual(st, vm.Status) {
-			return nil
-		}
-		upd := vm.DeepCopy()
-		upd.Status = st
-		_, err := c.kemu.KemuV1alpha1().VirtualMachines(vm.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-		return err
+		vm.Status = st
 	})
+	return err
 }

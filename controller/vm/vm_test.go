@@ -299,39 +299,3 @@ func TestConditionsKeepTimes(t *testing.T) {
 		t.Errorf("mirrored conditions %+v (Failure should be gone)", st.Conditions)
 	}
 }
-
-func TestExpectations(t *testing.T) {
-	now := t0
-	e := newExpectations(func() time.Time { return now }, time.Minute)
-	if !e.satisfied("ns/a") {
-		t.Fatal("no record: not satisfied")
-	}
-	e.expectCreation("ns/a")
-	if e.satisfied("ns/a") {
-		t.Error("pending create: satisfied")
-	}
-	if c, d := e.pending("ns/a"); !c || d {
-		t.Errorf("pending = %v %v", c, d)
-	}
-	e.creationObserved("ns/a")
-	e.creationObserved("ns/a") // extra events do not go negative
-	e.expectDeletion("ns/a", "u1")
-	e.deletionObserved("ns/a", "u2") // another VMI's deletion
-	if e.satisfied("ns/a") {
-		t.Error("pending delete of u1: satisfied")
-	}
-	e.deletionObserved("ns/a", "u1")
-	if !e.satisfied("ns/a") {
-		t.Error("all observed: not satisfied")
-	}
-	e.expectCreation("ns/a")
-	now = now.Add(2 * time.Minute)
-	if !e.satisfied("ns/a") {
-		t.Error("expired expectation still blocks")
-	}
-	e.expectCreation("ns/b")
-	e.forget("ns/b")
-	if !e.satisfied("ns/b") {
-		t.Error("forgotten record still blocks")
-	}
-}

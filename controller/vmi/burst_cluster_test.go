@@ -17,6 +17,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/template"
+	kubeevents "github.com/kemu-dev/kemu/kube/events"
 )
 
 // TestStaleCache drives sync by hand with caches that never catch up: the
@@ -35,7 +36,7 @@ func TestStaleCache(t *testing.T) {
 	cl := clientsFor(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	recorder, stopRecorder, err := controller.NewRecorder(ctx, cl.kube, "kemu-controller")
+	recorder, stopRecorder, err := kubeevents.NewRecorder(ctx, cl.kube, "kemu-controller")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/template"
+	kubeevents "github.com/kemu-dev/kemu/kube/events"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -192,7 +193,7 @@ func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps fl
 	cfg.Wrap(w.wrap)
 	cl := clientsFor(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	recorder, stopRecorder, err := controller.NewRecorder(ctx, cl.kube, "kemu-controller")
+	recorder, stopRecorder, err := kubeevents.NewRecorder(ctx, cl.kube, "kemu-controller")
 	if err != nil {
 		t.Fatal(err)
 	}

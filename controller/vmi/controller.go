@@ -31,11 +31,11 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions/api/v1alpha1"
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/expectations"
 	"github.com/kemu-dev/kemu/controller/metrics"
 	"github.com/kemu-dev/kemu/controller/template"
-
-	"github.com/kemu-dev/kemu/controller/worker"
+	"github.com/kemu-dev/kemu/kube/expectations"
+	"github.com/kemu-dev/kemu/kube/status"
+	"github.com/kemu-dev/kemu/kube/worker"
 )
 
 // QueueName names the controller's work queue (work-queue metrics label).
@@ -85,10 +85,9 @@ type Controller struct {
 	synced       []cache.InformerSynced
 	queue        workqueue.TypedRateLimitingInterface[string]
 	expectations *expectations.Expectations
-	// written maps a VMI key to the resourceVersion its last write by this
-	// controller was based on: while the cache still shows that version it
-	// is known stale (our own write not seen yet) and the VMI is not synced.
-	written sync.Map
+	// written: while the cache still shows the VMI our last write replaced,
+	// it is known stale (our own write not seen yet) and not synced.
+	written status.Writes
 	runOnce sync.Once
 }
 
@@ -114,7 +113,7 @@ func New(cfg Config) (*Controller, error) {
 		pvcLister:  cfg.PVCInformer.Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: QueueName}),
-		expectations: expectations.New(cfg.ExpectationsTTL),
+		expectations: expectations.New(cfg.ExpectationsTTL, nil),
 	}
 	c.synced = []cache.InformerSynced{cfg.VMIInformer.Informer().HasSynced, cfg.PodInformer.Informer().HasSynced,
 		cfg.NodeInformer.Informer().HasSynced, cfg.PVCInformer.Informer().HasSynced}
@@ -229,7 +228,7 @@ func (c *Controller) deletePod(obj any) {
 		}
 	}
 	if key, ok := podOwnerKey(pod); ok {
-		c.expectations.DeletionObserved(key)
+		c.expectations.DeletionObserved(key, pod.UID)
 		c.queue.Add(key)
 	}
 }

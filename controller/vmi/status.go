@@ -5,11 +5,11 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/status"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // Reasons of events, status.reason and the conditions the controller sets.
@@ -45,43 +45,23 @@ var ownSynchronizedReasons = map[string]bool{
 
 // updateStatus applies mutate to the VMI and writes the status through the
 // status subresource if it changed. mutate only touches the fields the
-// controller owns, so on a conflict it is applied again to a fresh copy
+// controller owns, so on a conflict it is applied again to the latest VMI
 // (never overwriting what the node agent wrote in between). why explains a
 // phase change in its event.
 func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, why string, mutate func(*v1.VirtualMachineInstance)) error {
-	client := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace)
-	cur := vmi.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		before := cur.Status.DeepCopy()
-		mutate(cur)
-		if equality.Semantic.DeepEqual(before, &cur.Status) {
-			return nil
-		}
-		_, err := client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		if err == nil {
-			c.written.Store(cur.Namespace+"/"+cur.Name, cur.ResourceVersion)
-			if before.Phase != cur.Status.Phase {
-				typ := corev1.EventTypeNormal
-				if cur.Status.Phase == v1.Failed {
-					typ = corev1.EventTypeWarning
-				}
-				c.cfg.Recorder.Eventf(cur, typ, string(cur.Status.Phase), "%s → %s: %s",
-					phaseName(before.Phase), cur.Status.Phase, why)
-			}
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= 4 {
-			return fmt.Errorf("updating the status of %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		fresh, gerr := client.Get(ctx, vmi.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(gerr) {
-			return nil
-		}
-		if gerr != nil {
-			return gerr
-		}
-		cur = fresh
+	res, err := status.Update(ctx, c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace), vmi, mutate)
+	if err != nil || !res.Written {
+		return err
 	}
+	c.written.Record(vmi.Namespace+"/"+vmi.Name, res.Before.ResourceVersion)
+	if from, to := res.Before.Status.Phase, res.After.Status.Phase; from != to {
+		typ := corev1.EventTypeNormal
+		if to == v1.Failed {
+			typ = corev1.EventTypeWarning
+		}
+		c.cfg.Recorder.Eventf(res.After, typ, string(to), "%s → %s: %s", phaseName(from), to, why)
+	}
+	return nil
 }
 
 func phaseName(p v1.VirtualMachineInstancePhase) string {
@@ -93,60 +73,23 @@ func phaseName(p v1.VirtualMachineInstancePhase) string {
 
 // setPhase sets the phase and records when it was entered.
 func setPhase(vmi *v1.VirtualMachineInstance, phase v1.VirtualMachineInstancePhase) {
-	if vmi.Status.Phase == phase {
-		return
-	}
-	vmi.Status.Phase = phase
-	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
-		v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: metav1.Now()})
+	vmistatus.SetPhase(vmi, phase, metav1.Now())
+}
+
+// setCondition replaces the condition of cond's type; the transition time
+// changes only with the status, so a repeated sync writes nothing.
+func setCondition(vmi *v1.VirtualMachineInstance, cond v1.VirtualMachineInstanceCondition) {
+	vmistatus.SetCondition(vmi, cond, metav1.Now())
 }
 
 func condSynchronized(status corev1.ConditionStatus, reason, msg string) v1.VirtualMachineInstanceCondition {
 	return v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceSynchronized, Status: status, Reason: reason, Message: msg}
 }
 
-// setCondition replaces the condition of cond's type; the transition time
-// changes only with the status, so a repeated sync writes nothing.
-func setCondition(vmi *v1.VirtualMachineInstance, cond v1.VirtualMachineInstanceCondition) {
-	for i := range vmi.Status.Conditions {
-		old := &vmi.Status.Conditions[i]
-		if old.Type != cond.Type {
-			continue
-		}
-		if old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
-			return
-		}
-		cond.LastTransitionTime = old.LastTransitionTime
-		if old.Status != cond.Status {
-			cond.LastTransitionTime = metav1.Now()
-		}
-		cond.LastProbeTime = metav1.Now()
-		*old = cond
-		return
-	}
-	cond.LastTransitionTime, cond.LastProbeTime = metav1.Now(), metav1.Now()
-	vmi.Status.Conditions = append(vmi.Status.Conditions, cond)
-}
-
-func removeCondition(vmi *v1.VirtualMachineInstance, typ v1.VirtualMachineInstanceConditionType, keep func(v1.VirtualMachineInstanceCondition) bool) {
-	out := vmi.Status.Conditions[:0:0]
-	for _, c := range vmi.Status.Conditions {
-		if c.Type != typ || (keep != nil && keep(c)) {
-			out = append(out, c)
-		}
-	}
-	if len(out) != len(vmi.Status.Conditions) {
-		vmi.Status.Conditions = out
-		if len(out) == 0 {
-			vmi.Status.Conditions = nil
-		}
-	}
-}
-
 // removeOwnSynchronized drops a Synchronized condition this controller set.
 func removeOwnSynchronized(vmi *v1.VirtualMachineInstance) {
-	removeCondition(vmi, v1.VirtualMachineInstanceSynchronized, func(c v1.VirtualMachineInstanceCondition) bool {
-		return !ownSynchronizedReasons[c.Reason]
+	vmistatus.RemoveConditionIf(vmi, v1.VirtualMachineInstanceSynchronized, func(c v1.VirtualMachineInstanceCondition) bool {
+		return ownSynchronizedReasons[c.Reason]
 	})
 }
 
@@ -164,7 +107,7 @@ func mirrorPodConditions(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) {
 		setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: ConditionPodScheduled, Status: sched.Status,
 			Reason: sched.Reason, Message: sched.Message})
 	} else {
-		removeCondition(vmi, ConditionPodScheduled, nil)
+		vmistatus.RemoveCondition(vmi, ConditionPodScheduled)
 	}
 	if reason, msg, ok := podImageError(pod); ok {
 		setCondition(vmi, condSynchronized(corev1.ConditionFalse, reason, msg))

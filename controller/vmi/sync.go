@@ -49,18 +49,15 @@ func (c *Controller) sync(ctx context.Context, key string) (result, error) {
 	vmi, err := c.vmiLister.VirtualMachineInstances(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.expectations.Delete(key)
-		c.written.Delete(key)
+		c.written.Forget(key)
 		return result{}, nil
 	}
 	if err != nil {
 		return result{}, err
 	}
-	if rv, ok := c.written.Load(key); ok {
-		if rv == vmi.ResourceVersion {
-			// Our last write is not in the cache yet; its event requeues us.
-			return result{requeueAfter: expectationsRetry}, nil
-		}
-		c.written.Delete(key)
+	if c.written.Stale(key, vmi.ResourceVersion) {
+		// Our last write is not in the cache yet; its event requeues us.
+		return result{requeueAfter: expectationsRetry}, nil
 	}
 	if !c.expectations.Satisfied(key) {
 		// A Pod we created (or deleted) is not in the cache yet: acting on
@@ -298,14 +295,18 @@ func (c *Controller) deletePods(ctx context.Context, key string, vmi *v1.Virtual
 	if len(todo) == 0 {
 		return nil // waiting for the terminating Pods to go
 	}
-	c.expectations.ExpectDeletions(key, len(todo))
+	uids := make([]types.UID, 0, len(todo))
+	for _, p := range todo {
+		uids = append(uids, p.UID)
+	}
+	c.expectations.ExpectDeletions(key, uids...)
 	var errs []error
 	for _, p := range todo {
 		uid := p.UID
 		err := c.cfg.KubeClient.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name,
 			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil {
-			c.expectations.DeletionObserved(key) // no delete event will come
+			c.expectations.DeletionObserved(key, uid) // no delete event will come
 			if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				errs = append(errs, err)
 				c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonFailedDelete, "Deleting launcher Pod %s: %v", p.Name, err)
@@ -354,7 +355,7 @@ func (c *Controller) patchFinalizers(ctx context.Context, vmi *v1.VirtualMachine
 	out, err := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace).
 		Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err == nil {
-		c.written.Store(vmi.Namespace+"/"+vmi.Name, vmi.ResourceVersion)
+		c.written.Record(vmi.Namespace+"/"+vmi.Name, vmi.ResourceVersion)
 	}
 	return out, err
 }

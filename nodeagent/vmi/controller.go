@@ -2,27 +2,34 @@
 // VM controller): it reconciles the VirtualMachineInstances whose
 // status.nodeName is this node with their launchers.
 //
-// For each VMI it finds the launcher Pod (status.activePods, else the Pod
-// labelled kemu.dev/created-by=<vmi uid>), the Pod's sockets emptyDir on the
-// host (<kubelet-root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/sockets),
+// It keeps one entry per launcher Pod on this node (launchers.go), keyed by
+// the Pod's UID, with the VMI it belongs to and its role: a VMI may have
+// more than one launcher Pod here, and exactly one of them, the source
+// (status.launcherPod, else the newest), is the one whose domain is the
+// VMI's status and that gets commands. For each launcher Pod of a VMI it
+// finds the Pod's sockets emptyDir on the host
+// (<kubelet-root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/sockets),
 // waits for launcher.sock (the launcher's readiness signal), connects — only
 // to the right launcher: no symlink on the way, a socket, a process in the
 // Pod's cgroup, the VMI's UID in Info; anything else is refused with the
 // LauncherUnverified condition and a Warning event, and nothing is sent to
-// it (launcherclient) — calls
-// Sync with the VMI (again whenever metadata.generation changes; on a running
-// launcher Sync is a no-op), follows WatchDomain (resuming from the last seq
-// after a broken stream) and writes the domain's state into the VMI's status
-// (ApplyStatus). It turns the kemu.dev/paused and kemu.dev/soft-reboot
+// it (launcherclient) — follows WatchDomain (resuming from the last seq
+// after a broken stream) and, for the source, calls Sync with the VMI (again
+// whenever metadata.generation changes; on a running launcher Sync is a
+// no-op) and writes the domain's state into the VMI's status (ApplyStatus).
+// It turns the kemu.dev/paused and kemu.dev/soft-reboot
 // annotations into Pause/Unpause and a soft reboot, and a deleted VMI (or a
 // terminating launcher Pod) into Shutdown with the VMI's grace period, then
 // Kill. A launcher that vanishes without a final state fails the VMI
 // (reason LauncherGone).
 //
-// Shape (sample-controller): informer handlers only enqueue namespace/name
-// keys; workers run the idempotent sync. Slow RPCs (Sync, Shutdown) and the
-// domain watch run in per-launcher goroutines that enqueue the key when they
-// learn something. Status is written through the status subresource only
+// Shape (sample-controller): informer handlers only enqueue the VMI's
+// namespace/name key (a launcher Pod's event its VMI's); workers run the
+// idempotent sync of the VMI and its launchers: per-launcher work
+// (connection, watch, verification, cleanup once its Pod is gone) on each
+// entry, VMI-level work (status, annotations) with the source. Slow RPCs
+// (Sync, Shutdown) and the domain watch run in per-launcher goroutines that
+// enqueue the VMI's key when they learn something. Status is written through the status subresource only
 // when it changed, re-read and recomputed on a conflict.
 package vmi
 
@@ -37,6 +44,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -52,7 +60,8 @@ import (
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/worker"
+	"github.com/kemu-dev/kemu/kube/status"
+	"github.com/kemu-dev/kemu/kube/worker"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 )
 
@@ -107,13 +116,15 @@ type Controller struct {
 	vmiLister kemulisters.VirtualMachineInstanceLister
 	podLister corelisters.PodLister
 
-	mu     sync.Mutex
-	vmis   map[string]*vmiState
-	runCtx context.Context
+	mu sync.Mutex
+	// launchers holds one entry per launcher Pod on this node, keyed by the
+	// Pod's UID (launchers.go).
+	launchers map[types.UID]*launcherState
+	runCtx    context.Context
 
-	// written holds, per key, the resourceVersion our last status write
-	// replaced: a cache still at that version is stale.
-	written sync.Map
+	// written: a cache still showing the VMI our last status write
+	// replaced is stale.
+	written status.Writes
 }
 
 // New checks the configuration; Run starts the informers and workers.
@@ -150,7 +161,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeagent-vmi"}),
-		vmis: map[string]*vmiState{},
+		launchers: map[types.UID]*launcherState{},
 	}, nil
 }
 

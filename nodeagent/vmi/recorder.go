@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kemu-dev/kemu/controller"
+	"github.com/kemu-dev/kemu/kube/events"
 )
 
 // EventComponent is the source component of the node agent's events.
@@ -23,5 +23,5 @@ func NewRecorder(ctx context.Context, kube kubernetes.Interface, nodeName string
 	if nodeName == "" {
 		return nil, nil, errors.New("vmi: the event recorder needs the node name")
 	}
-	return controller.NewRecorderFor(ctx, kube, corev1.EventSource{Component: EventComponent, Host: nodeName})
+	return events.NewRecorderFor(ctx, kube, corev1.EventSource{Component: EventComponent, Host: nodeName})
 }

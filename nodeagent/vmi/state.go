@@ -12,11 +12,21 @@ import (
 	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
 )
 
-// vmiState is what the node agent holds about one VMI's launcher in
-// memory. A restarted node agent rebuilds it from the launcher.
-type vmiState struct {
+// launcherState is what the node agent holds about one launcher Pod in
+// memory (the entry of launchers.go). A restarted node agent rebuilds it
+// from the launcher.
+type launcherState struct {
+	// The launcher Pod: its UID (the entry's key; the sockets volume's path
+	// derives from it) and its name ("" while only status.activePods knows
+	// it).
+	podUID  types.UID
+	podName string
+	// The VMI it belongs to: its key (the work queue's) and UID.
 	key    string
 	vmiUID types.UID
+	// role is the Pod's role for its VMI, decided on each sync
+	// (launcherRoles); only the sync of the VMI's key reads or writes it.
+	role Role
 
 	// Set once connected; never changed after.
 	ctx    context.Context
@@ -49,7 +59,7 @@ type vmiState struct {
 
 // setRefusal records a refusal; it says whether it differs from the last
 // one (a new event is due).
-func (s *vmiState) setRefusal(u *launcherclient.UnverifiedError) bool {
+func (s *launcherState) setRefusal(u *launcherclient.UnverifiedError) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	changed := s.refusal == nil || *s.refusal != *u
@@ -58,7 +68,7 @@ func (s *vmiState) setRefusal(u *launcherclient.UnverifiedError) bool {
 }
 
 // clearRefusal forgets the refusal; it says whether there was one.
-func (s *vmiState) clearRefusal() bool {
+func (s *launcherState) clearRefusal() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	had := s.refusal != nil
@@ -66,19 +76,19 @@ func (s *vmiState) clearRefusal() bool {
 	return had
 }
 
-func (s *vmiState) getRefusal() *launcherclient.UnverifiedError {
+func (s *launcherState) getRefusal() *launcherclient.UnverifiedError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refusal
 }
 
-func (s *vmiState) setLost(u *launcherclient.UnverifiedError) {
+func (s *launcherState) setLost(u *launcherclient.UnverifiedError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lost = u
 }
 
-func (s *vmiState) getLost() *launcherclient.UnverifiedError {
+func (s *launcherState) getLost() *launcherclient.UnverifiedError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lost
@@ -86,7 +96,7 @@ func (s *vmiState) getLost() *launcherclient.UnverifiedError {
 
 // setDomain keeps the newest domain (RPC answers may be older than the
 // stream).
-func (s *vmiState) setDomain(d *rpc.Domain) {
+func (s *launcherState) setDomain(d *rpc.Domain) {
 	if d == nil {
 		return
 	}
@@ -97,14 +107,14 @@ func (s *vmiState) setDomain(d *rpc.Domain) {
 	}
 }
 
-func (s *vmiState) getDomain() *rpc.Domain {
+func (s *launcherState) getDomain() *rpc.Domain {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.domain
 }
 
 // setGone records that the launcher vanished, unless it reported its end.
-func (s *vmiState) setGone(msg string) {
+func (s *launcherState) setGone(msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.domain != nil && s.domain.GetState() == stateShutoff {
@@ -115,13 +125,13 @@ func (s *vmiState) setGone(msg string) {
 	}
 }
 
-func (s *vmiState) isGone() bool {
+func (s *launcherState) isGone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.gone != ""
 }
 
-func (s *vmiState) observation(now time.Time) Observation {
+func (s *launcherState) observation(now time.Time) Observation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := Observation{Domain: s.domain, Guest: s.guest, Synced: s.synced, SyncError: s.syncErr, Gone: s.gone,
@@ -133,7 +143,7 @@ func (s *vmiState) observation(now time.Time) Observation {
 }
 
 // close ends the goroutines and the connection (the VM keeps running).
-func (s *vmiState) close() {
+func (s *launcherState) close() {
 	if s.cancel != nil {
 		s.cancel()
 	}

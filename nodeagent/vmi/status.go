@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -400,50 +401,16 @@ func stripPrefixes(ips []string) []string {
 	return out
 }
 
-// setPhase sets the phase and records when it was entered.
+// setPhase, setCondition and removeCondition record the node agent's
+// changes with the shared VMI status helpers (kube/vmistatus).
 func setPhase(vmi *v1.VirtualMachineInstance, phase v1.VirtualMachineInstancePhase, now metav1.Time) {
-	if vmi.Status.Phase == phase {
-		return
-	}
-	vmi.Status.Phase = phase
-	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
-		v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now})
+	vmistatus.SetPhase(vmi, phase, now)
 }
 
-// setCondition replaces the condition of cond's type; times move only when
-// something changed (the transition time only with the status).
 func setCondition(vmi *v1.VirtualMachineInstance, cond v1.VirtualMachineInstanceCondition, now metav1.Time) {
-	for i := range vmi.Status.Conditions {
-		old := &vmi.Status.Conditions[i]
-		if old.Type != cond.Type {
-			continue
-		}
-		if old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
-			return
-		}
-		cond.LastTransitionTime = old.LastTransitionTime
-		if old.Status != cond.Status {
-			cond.LastTransitionTime = now
-		}
-		cond.LastProbeTime = now
-		*old = cond
-		return
-	}
-	cond.LastTransitionTime, cond.LastProbeTime = now, now
-	vmi.Status.Conditions = append(vmi.Status.Conditions, cond)
+	vmistatus.SetCondition(vmi, cond, now)
 }
 
 func removeCondition(vmi *v1.VirtualMachineInstance, typ v1.VirtualMachineInstanceConditionType) {
-	out := vmi.Status.Conditions[:0:0]
-	for _, c := range vmi.Status.Conditions {
-		if c.Type != typ {
-			out = append(out, c)
-		}
-	}
-	if len(out) != len(vmi.Status.Conditions) {
-		vmi.Status.Conditions = out
-		if len(out) == 0 {
-			vmi.Status.Conditions = nil
-		}
-	}
+	vmistatus.RemoveCondition(vmi, typ)
 }

@@ -6,29 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	kubestatus "github.com/kemu-dev/kemu/kube/status"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 	"github.com/kemu-dev/kemu/nodeagent/launcherclient"
 )
 
-// sync reconciles one VMI; it returns when to look again (0: on the next
-// event).
+// sync reconciles one VMI and its launchers; it returns when to look again
+// (0: on the next event).
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -37,62 +34,95 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	vmi, err := c.vmiLister.VirtualMachineInstances(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.drop(key)
-		c.written.Delete(key)
+		c.written.Forget(key)
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
 	if vmi.Status.NodeName != c.cfg.NodeName || vmi.Status.Phase.IsFinal() {
-		// Not (or no longer) ours to run, or over: let the launcher go.
+		// Not (or no longer) ours to run, or over: let the launchers go.
 		c.drop(key)
 		return 0, nil
 	}
-	if rv, ok := c.written.Load(key); ok {
-		if rv == vmi.ResourceVersion {
-			// Our last status write is not in the cache yet; its event
-			// requeues us.
-			return 5 * time.Second, nil
-		}
-		c.written.Delete(key)
+	if c.written.Stale(key, vmi.ResourceVersion) {
+		// Our last status write is not in the cache yet; its event
+		// requeues us.
+		return 5 * time.Second, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("vmi", key)
 	ctx = klog.NewContext(ctx, logger)
-	st := c.state(key, vmi.UID)
-	pod, podUID := c.launcherPod(vmi)
-	deleting := vmi.DeletionTimestamp != nil || (pod != nil && pod.DeletionTimestamp != nil)
-
+	refs := c.launcherRefs(vmi)
 	var after time.Duration
-	switch lost := st.getLost(); {
-	case lost != nil:
-		// The connection broke and its socket no longer verifies: drop
-		// the connection (nothing more goes to it) and start over from the
-		// socket.
-		c.drop(key)
-		st = c.state(key, vmi.UID)
-		after = c.refuse(ctx, st, vmi, lost)
-	case st.client == nil && !st.isGone():
-		if after, err = c.connect(ctx, st, vmi, pod, podUID); err != nil {
+	var source *launcherState
+	var sourcePod *corev1.Pod
+	for i, st := range c.entries(key, vmi.UID, refs) {
+		a, err := c.syncLauncher(ctx, st, vmi, refs[i].pod)
+		if err != nil {
 			return 0, err
 		}
+		after = minPositive(after, a)
+		if st.role == RoleSource {
+			source, sourcePod = c.current(st), refs[i].pod
+		}
 	}
-	if st.client != nil {
+	if source == nil {
+		// No launcher Pod here: a Running VMI's launcher is gone; else the
+		// controller has not recorded the Pod yet.
+		o := Observation{Now: metav1.Now()}
+		if vmi.Status.Phase == v1.Running {
+			o.Gone = fmt.Sprintf("no launcher Pod of the VMI on node %s", c.cfg.NodeName)
+		} else {
+			after = c.cfg.SocketPoll
+		}
+		if err := c.updateStatus(ctx, vmi, o, nil); err != nil {
+			return 0, err
+		}
+		return after, nil
+	}
+	if source.client != nil {
 		switch {
-		case deleting:
-			c.startShutdown(ctx, st, vmi)
+		case vmi.DeletionTimestamp != nil || (sourcePod != nil && sourcePod.DeletionTimestamp != nil):
+			c.startShutdown(ctx, source, vmi)
 		default:
-			c.ensureSynced(ctx, st, vmi)
-			a, err := c.desiredState(ctx, st, vmi)
+			c.ensureSynced(ctx, source, vmi)
+			a, err := c.desiredState(ctx, source, vmi)
 			if err != nil {
 				return 0, err
 			}
 			after = minPositive(after, a)
 		}
 	}
-	if err := c.updateStatus(ctx, vmi, st.observation(time.Now()), st.getRefusal()); err != nil {
+	if err := c.updateStatus(ctx, vmi, source.observation(time.Now()), source.getRefusal()); err != nil {
 		return 0, err
 	}
 	return after, nil
+}
+
+// syncLauncher does one launcher's own work: a connection whose socket no
+// longer verifies is dropped (nothing more goes to it) and the entry starts
+// over from the socket; an entry not connected yet connects. It returns when
+// to look again.
+func (c *Controller) syncLauncher(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (time.Duration, error) {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("podUID", st.podUID, "role", st.role))
+	switch lost := st.getLost(); {
+	case lost != nil:
+		return c.refuse(ctx, c.replace(st), vmi, lost), nil
+	case st.client == nil && !st.isGone():
+		return c.connect(ctx, st, vmi, pod)
+	}
+	return 0, nil
+}
+
+// current is the entry now kept for st's Pod (a replaced one's
+// successor).
+func (c *Controller) current(st *launcherState) *launcherState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.launchers[st.podUID]; cur != nil {
+		return cur
+	}
+	return st
 }
 
 func minPositive(a, b time.Duration) time.Duration {
@@ -105,91 +135,17 @@ func minPositive(a, b time.Duration) time.Duration {
 	return b
 }
 
-// state returns the VMI's state, replacing one of an earlier VMI of the
-// same name.
-func (c *Controller) state(key string, uid types.UID) *vmiState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.vmis[key]; ok {
-		if st.vmiUID == uid {
-			return st
-		}
-		st.close()
-	}
-	st := &vmiState{key: key, vmiUID: uid}
-	c.vmis[key] = st
-	return st
-}
-
-// drop forgets a VMI and closes its launcher connection.
-func (c *Controller) drop(key string) {
-	c.mu.Lock()
-	st, ok := c.vmis[key]
-	delete(c.vmis, key)
-	c.mu.Unlock()
-	if ok {
-		st.close()
-	}
-}
-
-func (c *Controller) closeAll() {
-	c.mu.Lock()
-	all := c.vmis
-	c.vmis = map[string]*vmiState{}
-	c.mu.Unlock()
-	for _, st := range all {
-		st.close()
-	}
-}
-
-// launcherPod finds the VMI's launcher Pod on this node: the one
-// status.launcherPod names, else any of its Pods here; without one in the
-// cache, the UID status.activePods records for this node.
-func (c *Controller) launcherPod(vmi *v1.VirtualMachineInstance) (*corev1.Pod, types.UID) {
-	pods, _ := c.podLister.Pods(vmi.Namespace).List(labels.SelectorFromSet(labels.Set{launcherpod.CreatedByLabel: string(vmi.UID)}))
-	var best *corev1.Pod
-	for _, p := range pods {
-		if p.Spec.NodeName != c.cfg.NodeName {
-			continue
-		}
-		if p.Name == vmi.Status.LauncherPod {
-			return p, p.UID
-		}
-		if best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time) {
-			best = p
-		}
-	}
-	if best != nil {
-		return best, best.UID
-	}
-	var uids []string
-	for uid, node := range vmi.Status.ActivePods {
-		if node == c.cfg.NodeName {
-			uids = append(uids, string(uid))
-		}
-	}
-	if len(uids) == 0 {
-		return nil, ""
-	}
-	slices.Sort(uids)
-	return nil, types.UID(uids[0])
-}
-
-// connect waits for the launcher's socket and connects to it, verified
+// connect waits for the launcher's socket of st's Pod (pod: nil when only
+// status.activePods names it) and connects to it, verified
 // (launcherclient.Target: no symlinks, a socket, the Pod's process, the
-// VMI's UID); what does not verify is refused (refuse). A VMI that was
-// Running whose launcher is no longer there is marked gone.
-func (c *Controller) connect(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, pod *corev1.Pod, podUID types.UID) (time.Duration, error) {
+// VMI's UID); what does not verify is refused (refuse). The source of a
+// VMI that was Running (so its launcher was) that is no longer there is
+// marked gone; another launcher Pod of the VMI may simply not have started
+// yet, and is waited for.
+func (c *Controller) connect(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
-	wasRunning := vmi.Status.Phase == v1.Running
-	if podUID == "" {
-		if wasRunning {
-			st.setGone(fmt.Sprintf("no launcher Pod of the VMI on node %s", c.cfg.NodeName))
-			return 0, nil
-		}
-		return c.cfg.SocketPoll, nil // the controller has not recorded the Pod yet
-	}
-	target := launcherclient.Target{KubeletRoot: c.cfg.KubeletRoot, PodUID: podUID, VMIUID: vmi.UID}
+	wasRunning := vmi.Status.Phase == v1.Running && st.role == RoleSource
+	target := launcherclient.Target{KubeletRoot: c.cfg.KubeletRoot, PodUID: st.podUID, VMIUID: vmi.UID}
 	sock := target.SocketPath()
 	ready, err := launcherclient.Ready(target)
 	switch {
@@ -248,7 +204,7 @@ func (c *Controller) baseCtx() context.Context {
 
 // follow mirrors the launcher's domain changes into st until the domain is
 // Shutoff, the launcher is gone or st is closed.
-func (c *Controller) follow(st *vmiState, logger klog.Logger) {
+func (c *Controller) follow(st *launcherState, logger klog.Logger) {
 	err := st.client.Follow(st.ctx, 0, func(d *rpc.Domain) {
 		logger.V(2).Info("Domain changed", "state", d.GetState(), "reason", d.GetReason(), "seq", d.GetSeq(),
 			"agentConnected", d.GetAgentConnected())
@@ -287,7 +243,7 @@ func vmiJSON(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 // ensureSynced calls Sync (in the background: the first one starts the VM)
 // once per metadata.generation. On a running launcher it is a no-op that
 // only checks the spec.
-func (c *Controller) ensureSynced(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance) {
+func (c *Controller) ensureSynced(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance) {
 	st.mu.Lock()
 	if st.syncing || st.syncedGen == vmi.Generation || (st.domain != nil && st.domain.GetState() == stateShutoff) {
 		st.mu.Unlock()
@@ -347,7 +303,7 @@ func (c *Controller) ensureSynced(ctx context.Context, st *vmiState, vmi *v1.Vir
 
 // desiredState applies the annotations (pause, soft reboot) and refreshes
 // the guest agent's information.
-func (c *Controller) desiredState(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance) (time.Duration, error) {
+func (c *Controller) desiredState(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance) (time.Duration, error) {
 	d := st.getDomain()
 	if d == nil || !running(d.GetState()) {
 		return 0, nil
@@ -388,7 +344,7 @@ func (c *Controller) desiredState(ctx context.Context, st *vmiState, vmi *v1.Vir
 // keyboard, which the guest OS answers by rebooting itself as on a console
 // three-finger salute (ACPI has no reboot button; system_reset would be a
 // hard reset). The reply names the method, which the log records.
-func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, d *rpc.Domain) error {
+func (c *Controller) softReboot(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance, d *rpc.Domain) error {
 	req := vmi.Annotations[v1.VMISoftRebootAnnotation]
 	if req == "" || req == vmi.Annotations[v1.VMISoftRebootDoneAnnotation] {
 		return nil
@@ -435,7 +391,7 @@ func (c *Controller) softReboot(ctx context.Context, st *vmiState, vmi *v1.Virtu
 // background; once connected, GuestInfo (OS info, interfaces) is asked at
 // most every GuestInfoInterval, and a failing one is followed by a GuestPing
 // so that a lost agent shows. It returns when to look again.
-func (c *Controller) refreshGuestInfo(ctx context.Context, st *vmiState, d *rpc.Domain) time.Duration {
+func (c *Controller) refreshGuestInfo(ctx context.Context, st *launcherState, d *rpc.Domain) time.Duration {
 	if !d.GetAgentConnected() {
 		st.mu.Lock()
 		st.guest = nil
@@ -473,7 +429,7 @@ func (c *Controller) refreshGuestInfo(ctx context.Context, st *vmiState, d *rpc.
 // probeAgent sends one GuestPing in the background unless one is under way
 // or the last was less than AgentProbeInterval ago. The launcher updates
 // the domain's agent_connected from the outcome (and the watch brings it).
-func (c *Controller) probeAgent(ctx context.Context, st *vmiState) time.Duration {
+func (c *Controller) probeAgent(ctx context.Context, st *launcherState) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if wait := c.cfg.AgentProbeInterval - time.Since(st.probedAt); st.probing || wait > 0 {
@@ -500,7 +456,7 @@ func (c *Controller) probeAgent(ctx context.Context, st *vmiState) time.Duration
 // being deleted: Shutdown with the VMI's grace period (ACPI power button
 // until it ends, then quit, then kill, in the launcher), and Kill if the
 // domain is not Shutoff after that. A grace period of 0 kills at once.
-func (c *Controller) startShutdown(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance) {
+func (c *Controller) startShutdown(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance) {
 	st.mu.Lock()
 	if st.shutdown || st.domain == nil || st.domain.GetState() == stateShutoff || st.gone != "" {
 		st.mu.Unlock()
@@ -550,45 +506,30 @@ func (c *Controller) startShutdown(ctx context.Context, st *vmiState, vmi *v1.Vi
 // changed; on a conflict it re-reads the VMI and recomputes, so the
 // controller's fields written in between are kept.
 func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o Observation, refusal *launcherclient.UnverifiedError) error {
-	client := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace)
-	key := vmi.Namespace + "/" + vmi.Name
-	cur := vmi.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		before := cur.Status.DeepCopy()
-		if !cur.Status.Phase.IsFinal() {
-			ApplyStatus(cur, o)
-			launcherCondition(cur, refusal, o.Now)
-		}
-		if equality.Semantic.DeepEqual(before, &cur.Status) {
-			return nil
-		}
-		_, err := client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		if err == nil {
-			statusWrites.WithLabelValues("success").Inc()
-			c.written.Store(key, cur.ResourceVersion)
-			if before.Phase != cur.Status.Phase {
-				klog.FromContext(ctx).Info("VMI phase changed", "from", before.Phase, "to", cur.Status.Phase,
-					"reason", cur.Status.Reason)
-			} else {
-				klog.FromContext(ctx).V(2).Info("VMI status updated")
+	res, err := kubestatus.Update(ctx, c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace), vmi,
+		func(vmi *v1.VirtualMachineInstance) {
+			if !vmi.Status.Phase.IsFinal() {
+				ApplyStatus(vmi, o)
+				launcherCondition(vmi, refusal, o.Now)
 			}
+		})
+	statusWrites.WithLabelValues("conflict").Add(float64(res.Conflicts))
+	switch {
+	case err != nil:
+		statusWrites.WithLabelValues("error").Inc()
+		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		if !apierrors.IsConflict(err) || attempt >= 4 {
-			statusWrites.WithLabelValues("error").Inc()
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("updating the status of %s: %w", key, err)
-		}
-		statusWrites.WithLabelValues("conflict").Inc()
-		fresh, gerr := client.Get(ctx, vmi.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(gerr) {
-			return nil
-		}
-		if gerr != nil {
-			return gerr
-		}
-		cur = fresh
+		return err
+	case !res.Written:
+		return nil
 	}
+	statusWrites.WithLabelValues("success").Inc()
+	c.written.Record(vmi.Namespace+"/"+vmi.Name, res.Before.ResourceVersion)
+	if from, to := res.Before.Status.Phase, res.After.Status.Phase; from != to {
+		klog.FromContext(ctx).Info("VMI phase changed", "from", from, "to", to, "reason", res.After.Status.Reason)
+	} else {
+		klog.FromContext(ctx).V(2).Info("VMI status updated")
+	}
+	return nil
 }

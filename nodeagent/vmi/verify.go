@@ -38,7 +38,7 @@ const (
 // refusal, a Warning event; the socket is looked at again later, since the
 // Pod's real launcher may still take its place (it removes a stale
 // launcher.sock when it starts). It returns when to look again.
-func (c *Controller) refuse(ctx context.Context, st *vmiState, vmi *v1.VirtualMachineInstance, err error) time.Duration {
+func (c *Controller) refuse(ctx context.Context, st *launcherState, vmi *v1.VirtualMachineInstance, err error) time.Duration {
 	var u *launcherclient.UnverifiedError
 	if !errors.As(err, &u) {
 		u = &launcherclient.UnverifiedError{Reason: ReasonLauncherUnverified, Message: err.Error()}
@@ -53,7 +53,7 @@ func (c *Controller) refuse(ctx context.Context, st *vmiState, vmi *v1.VirtualMa
 }
 
 // verified clears a refusal once the Pod's own launcher answered.
-func (c *Controller) verified(st *vmiState, vmi *v1.VirtualMachineInstance, client *launcherclient.Client) {
+func (c *Controller) verified(st *launcherState, vmi *v1.VirtualMachineInstance, client *launcherclient.Client) {
 	if st.clearRefusal() {
 		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, EventLauncherVerified,
 			"The launcher of Pod %s (pid %d) answers for VMI uid %s", client.Target().PodUID, client.PeerPID(), vmi.UID)

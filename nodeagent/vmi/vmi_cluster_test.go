@@ -544,9 +544,7 @@ func TestLifecycle(t *testing.T) {
 	// Wait until the new agent is connected and has seen the domain, then
 	// a little longer for any write it would make.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		a2.c.mu.Lock()
-		st := a2.c.vmis["default/"+v.name]
-		a2.c.mu.Unlock()
+		st := a2.c.entry("default/"+v.name, RoleSource)
 		if st == nil {
 			return false, nil
 		}
@@ -942,4 +940,159 @@ func waitEvent(t *testing.T, ctx context.Context, name, reason string) corev1.Ev
 			EventComponent, testNode)
 	}
 	return found
+}
+
+// addLauncherPod makes a second launcher Pod of v's VMI on testNode (as a
+// migration's target on the same node will be), labelled as the
+// controller labels it, with its sockets directory; it is deleted when the
+// test ends. status.launcherPod and status.activePods still name v's Pod.
+func addLauncherPod(t *testing.T, ctx context.Context, v *vm, podName string) *vm {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: "default", Labels: map[string]string{
+			launcherpod.AppLabel: launcherpod.AppLauncher, launcherpod.CreatedByLabel: string(v.vmi.UID), launcherpod.VMINameLabel: v.name}},
+		Spec: corev1.PodSpec{NodeName: testNode, Containers: []corev1.Container{{Name: "compute", Image: "kemu.local/launcher:test"}}},
+	}
+	pod, err := env.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	short := testguest.TempDir(t, "kl")
+	w := &vm{name: podName, vmi: v.vmi, podUID: pod.UID, kubeletRoot: v.kubeletRoot, short: short, sockets: filepath.Join(short, "s")}
+	if err := os.MkdirAll(w.sockets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(w.hostSockets()), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// entries counts the node agent's entries of a VMI key.
+func (a *agent) entries(key string) int {
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	n := 0
+	for _, st := range a.c.launchers {
+		if st.key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTwoLaunchersOfOneVMI: a second launcher Pod of a running VMI on this
+// node is an entry of its own, keyed by its Pod: the node agent connects to
+// its launcher (verified) and follows its domain, but the VMI's status
+// stays its source's — neither the second launcher's domain (paused) nor
+// its loss reaches the VMI — and deleting the second Pod drops its entry
+// without touching the VMI or sending either launcher a command.
+func TestTwoLaunchersOfOneVMI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kubeletRoot := t.TempDir()
+	// The VM's launcher is up before the node agent starts: it finds it.
+	v := startVM(t, ctx, kubeletRoot, "two")
+	key := "default/" + v.name
+	a := startAgent(t, kubeletRoot)
+	vmi, _ := waitVMI(t, ctx, v.name, "Running with AgentConnected and guestOSInfo", bootTimeout, func(vmi *v1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == v1.Running && condIs(vmi, v1.VirtualMachineInstanceReady, corev1.ConditionTrue) &&
+			condIs(vmi, v1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue) && vmi.Status.GuestOSInfo.ID != ""
+	})
+	// Every VMI write from here on is a failure.
+	w, err := env.kemu.KemuV1alpha1().VirtualMachineInstances("default").Watch(ctx,
+		metav1.ListOptions{FieldSelector: "metadata.name=" + v.name, ResourceVersion: vmi.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	// The second launcher of the same VMI, started (by the test) paused:
+	// its domain differs from the source's at once, and costs no CPU.
+	second := addLauncherPod(t, ctx, v, "virt-launcher-two-second")
+	second.mountSockets(t)
+	second.startLauncher(t, podCgroup(t, second.podUID), v.vmi.UID)
+	pausedVMI := v.vmi.DeepCopy()
+	pausedVMI.Spec.StartStrategy = new(v1.StartStrategyPaused)
+	b, err := vmiJSON(pausedVMI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _, err := launcherclient.Dial(ctx, second.target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.Sync(ctx, &rpc.SyncRequest{VmiJson: b}); err != nil {
+		t.Fatalf("starting the second launcher paused: %v", err)
+	}
+
+	var other *launcherState
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		other = a.c.entry(key, RoleOther)
+		return other != nil && other.getDomain().GetState() == rpc.DomainState_Paused && a.entries(key) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("no entry of the second Pod with its paused domain: %v (%d entries)", err, a.entries(key))
+	}
+	source := a.c.entry(key, RoleSource)
+	if source == nil || source.podUID != v.podUID || other.podUID != second.podUID || other.podName != "virt-launcher-two-second" {
+		t.Fatalf("entries: source %+v, other %+v", source, other)
+	}
+	if d := source.getDomain(); d.GetState() != rpc.DomainState_Running {
+		t.Errorf("the source's domain %v", d)
+	}
+	t.Logf("two entries: source Pod %s (%s), other Pod %s (%s, %s)", source.podName, source.getDomain().GetState(),
+		other.podName, other.getDomain().GetState(), other.getDomain().GetReason())
+
+	// The second launcher dies: its entry sees it gone; the VMI does not
+	// fail (LauncherGone is the source's to report).
+	if err := syscall.Kill(-second.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return other.isGone(), nil
+	})
+	if err != nil {
+		t.Fatalf("the second launcher's entry never saw it gone: %v", err)
+	}
+	// Its Pod is deleted: the entry goes, the source's stays.
+	if err := env.kube.CoreV1().Pods("default").Delete(ctx, "virt-launcher-two-second", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return a.c.entry(key, RoleOther) == nil && a.entries(key) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted Pod's entry is still there: %v", err)
+	}
+	if a.c.entry(key, RoleSource) != source {
+		t.Error("the source's entry was replaced")
+	}
+
+	// Nothing was written to the VMI meanwhile (nor in the next seconds,
+	// which a write triggered by the deletion would fall into), and the
+	// source's launcher got no command.
+	select {
+	case ev := <-w.ResultChan():
+		obj, _ := ev.Object.(*v1.VirtualMachineInstance)
+		b, _ := json.MarshalIndent(obj, "", "  ")
+		t.Errorf("the VMI was written: %s\n%s", ev.Type, b)
+	case <-time.After(3 * time.Second):
+	}
+	for _, m := range v.rpcs() {
+		switch m {
+		case "Pause", "Unpause", "Shutdown", "Kill", "Reset", "SoftReboot", "Qmp":
+			t.Errorf("the source's launcher got %s", m)
+		}
+	}
+	if got := second.rpcs(); slices.ContainsFunc(got, func(m string) bool { return m != "Info" && m != "WatchDomain" && m != "Sync" }) {
+		t.Errorf("the second launcher got %v; want only Info, WatchDomain and the test's Sync", got)
+	}
+	if d := v.domain(t, ctx); d.GetState() != rpc.DomainState_Running {
+		t.Errorf("the source's domain %v", d)
+	}
 }

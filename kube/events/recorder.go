@@ -1,4 +1,7 @@
-package controller
+// Package events makes the event recorders of kemu's controllers and node
+// agent: client-go's broadcaster writing core/v1 Events through the API
+// server, with a private scheme that knows kemu's kinds.
+package events
 
 import (
 	"context"
