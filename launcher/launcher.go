@@ -216,10 +216,10 @@ func (l *Launcher) start(ctx context.Context, incoming bool) (err error) {
 			l.finish()
 		}
 	}()
-	if err := l.timed("prepare", func() error { return l.prepare(ctx) }); err != nil {
+	if err := l.timed("prepare", func() error { return l.prepare(ctx, incoming) }); err != nil {
 		return err
 	}
-	if err := l.timed("exec", func() error { return l.exec(incoming) }); err != nil {
+	if err := l.timed("exec", func() error { return l.exec() }); err != nil {
 		return err
 	}
 	if err := l.connect(ctx); err != nil {

@@ -14,7 +14,7 @@ import (
 // (guest-shutdown mode=reboot) when it is connected, else Ctrl+Alt+Delete
 // on its keyboard (Linux and Windows reboot cleanly; a guest may ignore
 // it). It returns the method used.
-func (l *Launcher) SoftReboot(ctx context.Context) (PowerMethod, error) {
+func (l *Launcher) SoftReboot(ctx context.Context) (RebootMethod, error) {
 	err := l.agentShutdown(ctx, qmp.ShutdownReboot)
 	if err == nil {
 		return MethodGuestAgent, nil
@@ -25,34 +25,26 @@ func (l *Launcher) SoftReboot(ctx context.Context) (PowerMethod, error) {
 	return MethodCtrlAltDelete, l.mon.SendKey(ctx, 0, qmp.CtrlAltDelete...)
 }
 
-// Shutdown asks the guest to power off (GracefulShutdown) and returns the
-// final state.
+// Shutdown asks the guest to power off with the ACPI power button, as
+// KubeVirt's graceful shutdown does, pressing it again every
+// PowerdownInterval until the guest powers off or grace ends; then asks
+// QEMU to quit, and kills it if it does not. It returns when QEMU is gone
+// and everything is cleaned up. (The guest agent is for SoftReboot only: a
+// guest that ignores the button is the case grace and the kill are for.)
 func (l *Launcher) Shutdown(ctx context.Context, grace time.Duration) (Domain, error) {
-	d, _, err := l.GracefulShutdown(ctx, grace)
-	return d, err
-}
-
-// GracefulShutdown asks the guest to power off — through the guest agent
-// (guest-shutdown mode=powerdown) when it is connected, else with the ACPI
-// power button — and presses the power button again every 5 s until the
-// guest powers off or grace ends; then asks QEMU to quit, and kills it if
-// it does not. It returns when QEMU is gone and everything is cleaned up,
-// with the method of the first request.
-func (l *Launcher) GracefulShutdown(ctx context.Context, grace time.Duration) (Domain, PowerMethod, error) {
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
 	tick := time.NewTicker(PowerdownInterval)
 	defer tick.Stop()
 	if l.Domain().State == StatePaused {
-		// A paused guest can neither see the power button nor run its agent.
+		// A paused guest cannot see the power button.
 		_ = l.mon.Cont(ctx)
 	}
-	method := l.askPowerOff(ctx)
+	l.pressPowerButton(ctx)
 	for waiting := true; waiting; {
 		select {
 		case <-l.finished:
-			d, err := l.Wait(ctx)
-			return d, method, err
+			return l.Wait(ctx)
 		case <-tick.C:
 			l.pressPowerButton(ctx)
 		case <-deadline.C:
@@ -61,24 +53,8 @@ func (l *Launcher) GracefulShutdown(ctx context.Context, grace time.Duration) (D
 			waiting = false
 		}
 	}
-	klog.InfoS("Guest did not power off in time; quitting QEMU", "grace", grace, "asked", method)
-	d, err := l.Stop(context.Background())
-	return d, method, err
-}
-
-// askPowerOff asks the guest once to power off: its agent if connected,
-// else (or if the agent refused) the ACPI power button.
-func (l *Launcher) askPowerOff(ctx context.Context) PowerMethod {
-	err := l.agentShutdown(ctx, qmp.ShutdownPowerdown)
-	if err == nil {
-		klog.InfoS("Asked the guest agent to power the guest off", "vmi", klog.KObj(l.vmi))
-		return MethodGuestAgent
-	}
-	if !errors.Is(err, errNoAgent) {
-		klog.InfoS("The guest agent did not take the power-off; pressing the ACPI power button", "err", err)
-	}
-	l.pressPowerButton(ctx)
-	return MethodACPI
+	klog.InfoS("Guest did not power off in time; quitting QEMU", "grace", grace)
+	return l.Stop(context.Background())
 }
 
 func (l *Launcher) pressPowerButton(ctx context.Context) {

@@ -17,9 +17,10 @@ import (
 
 // prepare readies everything QEMU needs before it runs: the accelerator,
 // the volumes, QEMU's sockets, the firmware's EFI variables, the pod
-// network, the command line and the SELinux labels of the VM's files. What
+// network, the command line (with -incoming defer for a migration target:
+// incoming) and the SELinux labels of the VM's files. What
 // QEMU's user must own is granted at exec.
-func (l *Launcher) prepare(ctx context.Context) error {
+func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	if err := os.MkdirAll(l.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("launcher: runtime directory: %w", err)
 	}
@@ -56,7 +57,7 @@ func (l *Launcher) prepare(ctx context.Context) error {
 		return err
 	}
 	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.nics,
-		Drives: map[string]cmdline.Drive{}}
+		Drives: map[string]cmdline.Drive{}, Incoming: incoming}
 	for name, v := range l.prepared.Volumes {
 		in.Drives[name] = cmdline.Drive{Path: v.Path, Format: v.Format, ReadOnly: v.ReadOnly, Block: v.Block}
 	}

@@ -17,16 +17,12 @@ import (
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 )
 
-// incomingArgs make QEMU wait for an incoming migration (paused, run state
-// inmigrate) whose address migrate-incoming gives later.
-var incomingArgs = []string{"-incoming", "defer"}
-
-// exec starts QEMU (paused: -S; with incoming, also -incoming defer, so it
-// waits for a migration stream) in its own process group from a goroutine locked to its
+// exec starts QEMU (paused: -S; a migration target's command line also has
+// -incoming defer, see prepare) in its own process group from a goroutine locked to its
 // OS thread for QEMU's whole life: PR_SET_PDEATHSIG fires when the thread
 // that forked dies, so the thread must outlive QEMU, and the launcher dying
 // takes QEMU with it.
-func (l *Launcher) exec(incoming bool) error {
+func (l *Launcher) exec() error {
 	accel, vhostNet := l.accel, l.vhostNet
 	id, err := l.qemuIdentity(accel, vhostNet)
 	if err != nil {
@@ -38,9 +34,6 @@ func (l *Launcher) exec(incoming bool) error {
 	// QEMU's sockets: group-only (the runtime directory is root:QEMU 0770;
 	// the launcher reaches them as a member of QEMU's group, see
 	// dropcaps.Launcher).
-	if incoming {
-		l.argv = append(l.argv, incomingArgs...)
-	}
 	cmd, err := unpriv.Command(unpriv.Spec{Identity: id, Umask: 0o007, SELinuxLabel: l.label.Process}, l.cfg.QEMU, l.argv...)
 	if err != nil {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)

@@ -45,14 +45,13 @@ const (
 	ReasonUnknownPause  = rpc.DomainReason_Unknown
 )
 
-// PowerMethod is how the guest was asked to power off or reboot.
-type PowerMethod = rpc.PowerMethod
+// RebootMethod is how the guest was asked to reboot itself (SoftReboot).
+type RebootMethod = rpc.RebootMethod
 
-// Power methods.
+// Reboot methods.
 const (
-	MethodGuestAgent    = rpc.PowerMethod_GuestAgent      // guest-shutdown through the guest agent
-	MethodACPI          = rpc.PowerMethod_ACPIPowerButton // QMP system_powerdown
-	MethodCtrlAltDelete = rpc.PowerMethod_CtrlAltDelete   // QMP send-key
+	MethodGuestAgent    = rpc.RebootMethod_GuestAgent    // guest-shutdown mode=reboot through the guest agent
+	MethodCtrlAltDelete = rpc.RebootMethod_CtrlAltDelete // QMP send-key
 )
 
 // Domain is a snapshot of the domain's state.

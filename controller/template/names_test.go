@@ -41,10 +41,10 @@ func TestLauncherPodNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if errs := utilvalidation.IsDNS1123Subdomain(pod.Name); len(errs) > 0 || len(pod.Name) > MaxPodNameLength {
+			if errs := utilvalidation.IsDNS1123Subdomain(pod.Name); len(errs) > 0 || len(pod.Name) > launcherpod.MaxPodNameLength {
 				t.Errorf("Pod name %q (%d): %v", pod.Name, len(pod.Name), errs)
 			}
-			if !strings.HasPrefix(pod.Name, PodNamePrefix) {
+			if !strings.HasPrefix(pod.Name, launcherpod.PodNamePrefix) {
 				t.Errorf("Pod name %q", pod.Name)
 			}
 			if errs := utilvalidation.IsDNS1123Label(pod.Spec.Hostname); len(errs) > 0 || pod.Spec.Hostname != tc.hostname {
@@ -59,10 +59,10 @@ func TestLauncherPodNames(t *testing.T) {
 			if len(tc.name) <= utilvalidation.LabelValueMaxLength && l != tc.name {
 				t.Errorf("label %s=%q, want the name itself", launcherpod.VMINameLabel, l)
 			}
-			if len(tc.name) > utilvalidation.LabelValueMaxLength && l == VMINameLabelValue(tc.name+"x") {
+			if len(tc.name) > utilvalidation.LabelValueMaxLength && l == launcherpod.VMINameLabelValue(tc.name+"x") {
 				t.Errorf("label %s=%q for two names", launcherpod.VMINameLabel, l)
 			}
-			if len(tc.name) <= 43 && pod.Name != PodNamePrefix+tc.name+"-"+PodName(x)[len(pod.Name)-5:] {
+			if len(tc.name) <= 43 && pod.Name != launcherpod.PodNamePrefix+tc.name+"-"+launcherpod.PodName(x)[len(pod.Name)-5:] {
 				t.Errorf("Pod name %q: a short VMI name is kept whole", pod.Name)
 			}
 		})
@@ -77,9 +77,9 @@ func TestPodNameDistinct(t *testing.T) {
 	for _, name := range []string{long + "a", long + "b", "vm1", strings.Repeat("x", 38)} {
 		for _, uid := range []types.UID{"uid-1", "uid-2"} {
 			x := vmi("256Mi", func(x *v1.VirtualMachineInstance) { x.Name, x.UID = name, uid })
-			n := PodName(x)
-			if PodName(x.DeepCopy()) != n {
-				t.Errorf("PodName(%s, %s) is not stable", name, uid)
+			n := launcherpod.PodName(x)
+			if launcherpod.PodName(x.DeepCopy()) != n {
+				t.Errorf("launcherpod.PodName(%s, %s) is not stable", name, uid)
 			}
 			if other, dup := seen[n]; dup {
 				t.Errorf("Pod name %s for %s/%s and %s", n, name, uid, other)

@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
@@ -78,46 +76,6 @@ type Input struct {
 	PVCBlock map[string]bool
 }
 
-// PodNamePrefix starts every launcher Pod's name.
-const PodNamePrefix = "kemu-launcher-"
-
-// MaxPodNameLength keeps launcher Pod names within 63 characters, as for a
-// Pod the API server names from generateName (KubeVirt's virt-launcher-…):
-// a Pod name is a DNS-1123 subdomain (253), but tools use it as a label
-// value, and the kubelet as the default host name.
-const MaxPodNameLength = 63
-
-// PodName is the launcher Pod's name for a VMI: fixed for a VMI (a second
-// create of the same VMI's Pod fails with AlreadyExists, a second safety
-// net behind the controller's expectations) and different for a VMI of the
-// same name created again (its UID differs): kemu-launcher-<name>-<5 hex of
-// sha256(UID)>. A name too long for MaxPodNameLength (over 43 characters)
-// is cut to 38 (trailing '-' and '.' trimmed) and followed by 10 hex digits
-// of sha256(name/UID) instead, so two VMIs that share those 38 characters
-// still differ.
-func PodName(vmi *v1.VirtualMachineInstance) string {
-	sum := sha256.Sum256([]byte(vmi.UID))
-	if name := PodNamePrefix + vmi.Name + "-" + hex.EncodeToString(sum[:])[:5]; len(name) <= MaxPodNameLength {
-		return name
-	}
-	sum = sha256.Sum256([]byte(vmi.Name + "/" + string(vmi.UID)))
-	keep := MaxPodNameLength - len(PodNamePrefix) - len("-") - 10
-	return PodNamePrefix + strings.TrimRight(vmi.Name[:keep], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
-// VMINameLabelValue is launcherpod.VMINameLabel's value for a VMI named name: the name
-// when it is a label value (every object name of at most 63 characters,
-// dots included), else its first 52 characters (trailing '-' and '.'
-// trimmed), "-" and 10 hex digits of the name's SHA-256: stable, at most 63.
-func VMINameLabelValue(name string) string {
-	if len(utilvalidation.IsValidLabelValue(name)) == 0 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	keep := utilvalidation.LabelValueMaxLength - len("-") - 10
-	return strings.TrimRight(name[:min(keep, len(name))], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
 // Render returns the launcher Pod of in.VMI.
 func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	vmi := in.VMI
@@ -139,7 +97,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	}
 	labels[launcherpod.AppLabel] = launcherpod.AppLauncher
 	labels[launcherpod.CreatedByLabel] = string(vmi.UID)
-	labels[launcherpod.VMINameLabel] = VMINameLabelValue(vmi.Name)
+	labels[launcherpod.VMINameLabel] = launcherpod.VMINameLabelValue(vmi.Name)
 
 	nodeSelector := map[string]string{}
 	for k, v := range vmi.Spec.NodeSelector {
@@ -175,7 +133,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	no := false
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      PodName(vmi),
+			Name:      launcherpod.PodName(vmi),
 			Namespace: vmi.Namespace,
 			Labels:    labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi,

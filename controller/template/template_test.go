@@ -299,11 +299,11 @@ func TestRenderErrors(t *testing.T) {
 
 func TestPodName(t *testing.T) {
 	a, b := vmi("256Mi", nil), vmi("256Mi", nil)
-	if PodName(a) != PodName(b) {
+	if launcherpod.PodName(a) != launcherpod.PodName(b) {
 		t.Error("the same VMI must give the same Pod name")
 	}
 	b.UID = "uid-2"
-	if PodName(a) == PodName(b) {
+	if launcherpod.PodName(a) == launcherpod.PodName(b) {
 		t.Error("a VMI recreated with the same name must get another Pod name")
 	}
 }

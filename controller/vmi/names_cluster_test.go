@@ -11,7 +11,6 @@ import (
 
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/template"
 )
 
 // TestNamesThatAreNoHostnames: VMIs whose names are valid object names but
@@ -38,13 +37,13 @@ func TestNamesThatAreNoHostnames(t *testing.T) {
 		})
 		pod := podOf(t, vmi)
 		uid := created[name].UID
-		if pod.Name != template.PodName(created[name]) || len(pod.Name) > template.MaxPodNameLength {
-			t.Errorf("VMI %s: Pod %q (%d characters), want %q", name, pod.Name, len(pod.Name), template.PodName(created[name]))
+		if pod.Name != launcherpod.PodName(created[name]) || len(pod.Name) > launcherpod.MaxPodNameLength {
+			t.Errorf("VMI %s: Pod %q (%d characters), want %q", name, pod.Name, len(pod.Name), launcherpod.PodName(created[name]))
 		}
 		if pod.Spec.Hostname != v1.DeriveHostname(name) || len(utilvalidation.IsDNS1123Label(pod.Spec.Hostname)) > 0 {
 			t.Errorf("VMI %s: Pod hostname %q", name, pod.Spec.Hostname)
 		}
-		if got := pod.Labels[launcherpod.VMINameLabel]; got != template.VMINameLabelValue(name) || len(got) > utilvalidation.LabelValueMaxLength {
+		if got := pod.Labels[launcherpod.VMINameLabel]; got != launcherpod.VMINameLabelValue(name) || len(got) > utilvalidation.LabelValueMaxLength {
 			t.Errorf("VMI %s: label %s=%q", name, launcherpod.VMINameLabel, got)
 		}
 		if pod.Labels[launcherpod.CreatedByLabel] != string(uid) {

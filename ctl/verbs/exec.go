@@ -27,7 +27,6 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/ctl/cli"
 	"github.com/kemu-dev/kemu/ctl/shell"
 )
@@ -127,7 +126,7 @@ func findLauncher(ctx context.Context, kubeconfig, namespace, name string, needG
 	podName := t.vmi.Status.LauncherPod
 	if podName == "" {
 		// Created but not yet reported: the name is fixed per VMI.
-		podName = template.PodName(t.vmi)
+		podName = launcherpod.PodName(t.vmi)
 	}
 	if t.vmi.Status.Phase.IsFinal() {
 		return nil, fmt.Errorf("%s is not running (phase %s)", t.ref, t.vmi.Status.Phase)

@@ -31,7 +31,6 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
-	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 	"github.com/kemu-dev/kemu/ctl/shell"
 	"github.com/kemu-dev/kemu/test/cluster"
@@ -135,7 +134,7 @@ func TestConsoleShellThroughPod(t *testing.T) {
 	const ns = "default"
 	vmi := createVMI(ctx, t, kemu, ns, "con", v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled})
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: template.PodName(vmi), Namespace: ns, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: launcherpod.PodName(vmi), Namespace: ns, Labels: map[string]string{
 			launcherpod.AppLabel: launcherpod.AppLauncher, launcherpod.CreatedByLabel: string(vmi.UID), launcherpod.VMINameLabel: vmi.Name}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: vmTestPtr(int64(1)),

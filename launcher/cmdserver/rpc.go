@@ -307,11 +307,11 @@ func (s *Server) Shutdown(ctx context.Context, req *rpc.ShutdownRequest) (*rpc.D
 	if l == nil {
 		return nil, status.Error(codes.FailedPrecondition, "shutdown: no VM yet: Sync first")
 	}
-	d, method, err := s.shutdownVM(ctx, time.Duration(req.GetGracePeriodSeconds())*time.Second)
+	d, err := s.ShutdownVM(ctx, time.Duration(req.GetGracePeriodSeconds())*time.Second)
 	if err != nil {
 		return nil, toStatus("shutdown", l, err)
 	}
-	return &rpc.DomainResponse{Domain: s.domainOf(d), ShutdownMethod: method}, nil
+	return &rpc.DomainResponse{Domain: s.domainOf(d)}, nil
 }
 
 // Kill ends QEMU with SIGKILL.

@@ -44,11 +44,9 @@
 //     mode=reboot when it is connected, else Ctrl+Alt+Delete on the guest's
 //     keyboard; the reply names the method): FailedPrecondition in another
 //     state, Unavailable once QEMU is gone.
-//   - Shutdown: the guest agent's guest-shutdown mode=powerdown when it is
-//     connected, else the ACPI power button, which is pressed again until
-//     the grace period (request, else the server's override, else the VMI's)
-//     ends, then quit, then kill; returns the final domain and the method
-//     (shutdown_method). A client that goes away does not cut the grace
+//   - Shutdown: the ACPI power button, pressed again until the grace period
+//     (request, else the server's override, else the VMI's) ends, then
+//     quit, then kill; returns the final domain. A client that goes away does not cut the grace
 //     period short. Kill: SIGKILL. Both answer the final state if the VM
 //     already ended.
 //   - GetDomain, GetStats (vCPU threads with their CPU time from /proc, block
@@ -162,7 +160,6 @@ type Server struct {
 	shutdownCh  chan struct{} // closed when a shutdown finished
 	shutdown    *launcher.Domain
 	shutErr     error
-	shutMethod  launcher.PowerMethod // how that shutdown asked the guest
 	shutOnce    bool
 	abandoned   bool               // Abandon was called: no VM may start
 	cancelStart context.CancelFunc // ends the start under way, if any
@@ -330,16 +327,9 @@ func (s *Server) Grace() time.Duration {
 // SIGTERM). Concurrent calls share one shutdown. ctx only bounds the wait:
 // the shutdown itself goes on if ctx ends.
 func (s *Server) ShutdownVM(ctx context.Context, grace time.Duration) (launcher.Domain, error) {
-	d, _, err := s.shutdownVM(ctx, grace)
-	return d, err
-}
-
-// shutdownVM is ShutdownVM, also saying how the guest was asked to power
-// off (unspecified if it was already off).
-func (s *Server) shutdownVM(ctx context.Context, grace time.Duration) (launcher.Domain, launcher.PowerMethod, error) {
 	l := s.Launcher()
 	if l == nil {
-		return launcher.Domain{}, 0, status.Error(codes.FailedPrecondition, "no VM yet: Sync first")
+		return launcher.Domain{}, status.Error(codes.FailedPrecondition, "no VM yet: Sync first")
 	}
 	if grace <= 0 {
 		grace = s.Grace()
@@ -351,17 +341,15 @@ func (s *Server) shutdownVM(ctx context.Context, grace time.Duration) (launcher.
 		ch := s.shutdownCh
 		go func() {
 			var d launcher.Domain
-			var method launcher.PowerMethod
 			var err error
 			if l.Domain().State == launcher.StateShutoff {
 				d, err = l.Wait(context.Background())
 			} else {
 				klog.InfoS("Shutting the VM down", "grace", grace)
-				d, method, err = l.GracefulShutdown(context.Background(), grace)
-				klog.InfoS("VM shut down", "asked", method, "state", d.State, "reason", d.Reason)
+				d, err = l.Shutdown(context.Background(), grace)
 			}
 			s.mu.Lock()
-			s.shutdown, s.shutErr, s.shutMethod = &d, err, method
+			s.shutdown, s.shutErr = &d, err
 			s.mu.Unlock()
 			close(ch)
 		}()
@@ -372,9 +360,9 @@ func (s *Server) shutdownVM(ctx context.Context, grace time.Duration) (launcher.
 	case <-ch:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return *s.shutdown, s.shutMethod, s.shutErr
+		return *s.shutdown, s.shutErr
 	case <-ctx.Done():
-		return l.Domain(), 0, ctx.Err()
+		return l.Domain(), ctx.Err()
 	}
 }
 

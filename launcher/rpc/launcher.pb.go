@@ -184,59 +184,55 @@ func (DomainReason) EnumDescriptor() ([]byte, []int) {
 	return file_launcher_proto_rawDescGZIP(), []int{1}
 }
 
-// PowerMethod is how the launcher asked the guest to power off or reboot.
-type PowerMethod int32
+// RebootMethod is how the launcher asked the guest to reboot itself.
+type RebootMethod int32
 
 const (
-	PowerMethod_POWER_METHOD_UNSPECIFIED PowerMethod = 0
-	// The guest agent's guest-shutdown (mode powerdown or reboot).
-	PowerMethod_GuestAgent PowerMethod = 1
-	// The ACPI power button (QMP system_powerdown).
-	PowerMethod_ACPIPowerButton PowerMethod = 2
+	RebootMethod_REBOOT_METHOD_UNSPECIFIED RebootMethod = 0
+	// The guest agent's guest-shutdown with mode reboot.
+	RebootMethod_GuestAgent RebootMethod = 1
 	// Ctrl+Alt+Delete on the guest's keyboard (QMP send-key).
-	PowerMethod_CtrlAltDelete PowerMethod = 3
+	RebootMethod_CtrlAltDelete RebootMethod = 2
 )
 
-// Enum value maps for PowerMethod.
+// Enum value maps for RebootMethod.
 var (
-	PowerMethod_name = map[int32]string{
-		0: "POWER_METHOD_UNSPECIFIED",
+	RebootMethod_name = map[int32]string{
+		0: "REBOOT_METHOD_UNSPECIFIED",
 		1: "GuestAgent",
-		2: "ACPIPowerButton",
-		3: "CtrlAltDelete",
+		2: "CtrlAltDelete",
 	}
-	PowerMethod_value = map[string]int32{
-		"POWER_METHOD_UNSPECIFIED": 0,
-		"GuestAgent":               1,
-		"ACPIPowerButton":          2,
-		"CtrlAltDelete":            3,
+	RebootMethod_value = map[string]int32{
+		"REBOOT_METHOD_UNSPECIFIED": 0,
+		"GuestAgent":                1,
+		"CtrlAltDelete":             2,
 	}
 )
 
-func (x PowerMethod) Enum() *PowerMethod {
-	p := new(PowerMethod)
+func (x RebootMethod) Enum() *RebootMethod {
+	p := new(RebootMethod)
 	*p = x
 	return p
 }
 
-func (x PowerMethod) String() string {
+func (x RebootMethod) String() string {
 	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
 }
 
-func (PowerMethod) Descriptor() protoreflect.EnumDescriptor {
+func (RebootMethod) Descriptor() protoreflect.EnumDescriptor {
 	return file_launcher_proto_enumTypes[2].Descriptor()
 }
 
-func (PowerMethod) Type() protoreflect.EnumType {
+func (RebootMethod) Type() protoreflect.EnumType {
 	return &file_launcher_proto_enumTypes[2]
 }
 
-func (x PowerMethod) Number() protoreflect.EnumNumber {
+func (x RebootMethod) Number() protoreflect.EnumNumber {
 	return protoreflect.EnumNumber(x)
 }
 
-// Deprecated: Use PowerMethod.Descriptor instead.
-func (PowerMethod) EnumDescriptor() ([]byte, []int) {
+// Deprecated: Use RebootMethod.Descriptor instead.
+func (RebootMethod) EnumDescriptor() ([]byte, []int) {
 	return file_launcher_proto_rawDescGZIP(), []int{2}
 }
 
@@ -869,13 +865,10 @@ func (x *DomainInterface) GetQueues() int32 {
 }
 
 type DomainResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Domain *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
-	// Shutdown only: how the guest was asked to power off (unspecified when
-	// it was already off).
-	ShutdownMethod PowerMethod `protobuf:"varint,2,opt,name=shutdown_method,json=shutdownMethod,proto3,enum=kemu.launcher.v1.PowerMethod" json:"shutdown_method,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DomainResponse) Reset() {
@@ -915,17 +908,10 @@ func (x *DomainResponse) GetDomain() *Domain {
 	return nil
 }
 
-func (x *DomainResponse) GetShutdownMethod() PowerMethod {
-	if x != nil {
-		return x.ShutdownMethod
-	}
-	return PowerMethod_POWER_METHOD_UNSPECIFIED
-}
-
 type SoftRebootResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How the guest was asked to reboot.
-	Method        PowerMethod `protobuf:"varint,1,opt,name=method,proto3,enum=kemu.launcher.v1.PowerMethod" json:"method,omitempty"`
+	Method        RebootMethod `protobuf:"varint,1,opt,name=method,proto3,enum=kemu.launcher.v1.RebootMethod" json:"method,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,11 +946,11 @@ func (*SoftRebootResponse) Descriptor() ([]byte, []int) {
 	return file_launcher_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *SoftRebootResponse) GetMethod() PowerMethod {
+func (x *SoftRebootResponse) GetMethod() RebootMethod {
 	if x != nil {
 		return x.Method
 	}
-	return PowerMethod_POWER_METHOD_UNSPECIFIED
+	return RebootMethod_REBOOT_METHOD_UNSPECIFIED
 }
 
 type VCPU struct {
@@ -1849,12 +1835,11 @@ const file_launcher_proto_rawDesc = "" +
 	"\bguest_ip\x18\x04 \x01(\tR\aguestIp\x12\x1f\n" +
 	"\vinfo_source\x18\x05 \x01(\tR\n" +
 	"infoSource\x12\x16\n" +
-	"\x06queues\x18\x06 \x01(\x05R\x06queues\"\x8a\x01\n" +
+	"\x06queues\x18\x06 \x01(\x05R\x06queues\"B\n" +
 	"\x0eDomainResponse\x120\n" +
-	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12F\n" +
-	"\x0fshutdown_method\x18\x02 \x01(\x0e2\x1d.kemu.launcher.v1.PowerMethodR\x0eshutdownMethod\"K\n" +
-	"\x12SoftRebootResponse\x125\n" +
-	"\x06method\x18\x01 \x01(\x0e2\x1d.kemu.launcher.v1.PowerMethodR\x06method\"_\n" +
+	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"L\n" +
+	"\x12SoftRebootResponse\x126\n" +
+	"\x06method\x18\x01 \x01(\x0e2\x1e.kemu.launcher.v1.RebootMethodR\x06method\"_\n" +
 	"\x04VCPU\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\x05R\bthreadId\x12$\n" +
@@ -1945,13 +1930,12 @@ const file_launcher_proto_rawDesc = "" +
 	"\rGuestPanicked\x10\f\x12\x0e\n" +
 	"\n" +
 	"GuestReset\x10\r\x12\v\n" +
-	"\aUnknown\x10\x0e*c\n" +
-	"\vPowerMethod\x12\x1c\n" +
-	"\x18POWER_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\aUnknown\x10\x0e*P\n" +
+	"\fRebootMethod\x12\x1d\n" +
+	"\x19REBOOT_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
-	"GuestAgent\x10\x01\x12\x13\n" +
-	"\x0fACPIPowerButton\x10\x02\x12\x11\n" +
-	"\rCtrlAltDelete\x10\x032\x92\v\n" +
+	"GuestAgent\x10\x01\x12\x11\n" +
+	"\rCtrlAltDelete\x10\x022\x92\v\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -1992,7 +1976,7 @@ var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_launcher_proto_goTypes = []any{
 	(DomainState)(0),           // 0: kemu.launcher.v1.DomainState
 	(DomainReason)(0),          // 1: kemu.launcher.v1.DomainReason
-	(PowerMethod)(0),           // 2: kemu.launcher.v1.PowerMethod
+	(RebootMethod)(0),          // 2: kemu.launcher.v1.RebootMethod
 	(*Empty)(nil),              // 3: kemu.launcher.v1.Empty
 	(*InfoRequest)(nil),        // 4: kemu.launcher.v1.InfoRequest
 	(*InfoResponse)(nil),       // 5: kemu.launcher.v1.InfoResponse
@@ -2025,58 +2009,57 @@ var file_launcher_proto_depIdxs = []int32{
 	1,  // 2: kemu.launcher.v1.Domain.reason:type_name -> kemu.launcher.v1.DomainReason
 	12, // 3: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
 	11, // 4: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
-	2,  // 5: kemu.launcher.v1.DomainResponse.shutdown_method:type_name -> kemu.launcher.v1.PowerMethod
-	2,  // 6: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.PowerMethod
-	15, // 7: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
-	16, // 8: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
-	18, // 9: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
-	11, // 10: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
-	22, // 11: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	4,  // 12: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	6,  // 13: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	8,  // 14: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	3,  // 15: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	3,  // 16: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	10, // 17: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	3,  // 18: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	3,  // 19: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	3,  // 20: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
-	3,  // 21: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	3,  // 22: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	3,  // 23: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	3,  // 24: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	20, // 25: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	23, // 26: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	25, // 27: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	27, // 28: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	8,  // 29: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	3,  // 30: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	3,  // 31: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	5,  // 32: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	7,  // 33: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	9,  // 34: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	3,  // 35: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	3,  // 36: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	13, // 37: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	13, // 38: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	3,  // 39: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	14, // 40: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
-	13, // 41: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	17, // 42: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	3,  // 43: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	19, // 44: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	21, // 45: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	24, // 46: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	26, // 47: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	3,  // 48: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	3,  // 49: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
-	3,  // 50: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	3,  // 51: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	32, // [32:52] is the sub-list for method output_type
-	12, // [12:32] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2,  // 5: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.RebootMethod
+	15, // 6: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
+	16, // 7: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
+	18, // 8: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
+	11, // 9: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
+	22, // 10: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
+	4,  // 11: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	6,  // 12: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	8,  // 13: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	3,  // 14: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	3,  // 15: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	10, // 16: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	3,  // 17: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	3,  // 18: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	3,  // 19: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	3,  // 20: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	3,  // 21: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	3,  // 22: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	3,  // 23: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	20, // 24: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	23, // 25: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	25, // 26: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	27, // 27: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	8,  // 28: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	3,  // 29: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	3,  // 30: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	5,  // 31: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	7,  // 32: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	9,  // 33: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	3,  // 34: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	3,  // 35: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	13, // 36: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	13, // 37: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	3,  // 38: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	14, // 39: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	13, // 40: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	17, // 41: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	3,  // 42: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	19, // 43: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	21, // 44: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	24, // 45: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	26, // 46: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	3,  // 47: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	3,  // 48: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
+	3,  // 49: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	3,  // 50: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	31, // [31:51] is the sub-list for method output_type
+	11, // [11:31] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }

@@ -57,10 +57,9 @@ type LauncherClient interface {
 	Sync(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*SyncResponse, error)
 	Pause(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 	Unpause(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
-	// Shutdown asks the guest to power off (through the guest agent when it
-	// is connected, else the ACPI power button, pressed again until the grace
-	// period ends), then stops QEMU; it returns when QEMU is gone, with the
-	// final domain and the method in DomainResponse.shutdown_method.
+	// Shutdown asks the guest to power off with the ACPI power button (pressed
+	// again until the grace period ends), then stops QEMU; it returns when
+	// QEMU is gone, with the final domain.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*DomainResponse, error)
 	Kill(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*DomainResponse, error)
 	Reset(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
@@ -319,10 +318,9 @@ type LauncherServer interface {
 	Sync(context.Context, *SyncRequest) (*SyncResponse, error)
 	Pause(context.Context, *Empty) (*Empty, error)
 	Unpause(context.Context, *Empty) (*Empty, error)
-	// Shutdown asks the guest to power off (through the guest agent when it
-	// is connected, else the ACPI power button, pressed again until the grace
-	// period ends), then stops QEMU; it returns when QEMU is gone, with the
-	// final domain and the method in DomainResponse.shutdown_method.
+	// Shutdown asks the guest to power off with the ACPI power button (pressed
+	// again until the grace period ends), then stops QEMU; it returns when
+	// QEMU is gone, with the final domain.
 	Shutdown(context.Context, *ShutdownRequest) (*DomainResponse, error)
 	Kill(context.Context, *Empty) (*DomainResponse, error)
 	Reset(context.Context, *Empty) (*Empty, error)

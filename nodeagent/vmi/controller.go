@@ -287,7 +287,7 @@ func (c *Controller) enqueuePod(obj any) {
 	}
 	// The VMI's name comes from the Pod's controller reference: the
 	// vmi-name label is cut and hashed for a name that is no label value
-	// (controller/template.VMINameLabelValue).
+	// (launcherpod.VMINameLabelValue).
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "VirtualMachineInstance" && ref.APIVersion == v1.SchemeGroupVersion.String() {
 		c.queue.Add(pod.Namespace + "/" + ref.Name)
 		return
