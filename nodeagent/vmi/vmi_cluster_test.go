@@ -581,7 +581,7 @@ drain:
 	}
 	t.Logf("QEMU pid %d before and after the restart", after.GetQemuPid())
 
-	// Soft reboot: acted on once (Ctrl+Alt+Delete through QMP), recorded
+	// Soft reboot: acted on once (the SoftReboot RPC: guest agent when connected, else Ctrl+Alt+Delete), recorded
 	// in the done annotation; the guest resets itself.
 	patchVMI(t, ctx, v.name, `{"metadata":{"annotations":{"kemu.dev/soft-reboot":"r1"}}}`)
 	vmi, _ = waitVMI(t, ctx, v.name, "soft reboot recorded", 30*time.Second, func(vmi *v1.VirtualMachineInstance) bool {
