@@ -207,9 +207,9 @@ func readMessage(r *bufio.Reader, max int) ([]byte, error) {
 			if buf == nil {
 				return append([]byte(nil), chunk...), nil
 			}
-			return append(buf, chunk...), nil
+			return appendCapped(buf, chunk, max), nil
 		}
-		buf = append(buf, chunk...)
+		buf = appendCapped(buf, chunk, max)
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			if len(bytes.TrimSpace(buf)) > 0 && errors.Is(err, io.EOF) {
 				return nil, io.ErrUnexpectedEOF
@@ -217,6 +217,19 @@ func readMessage(r *bufio.Reader, max int) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// appendCapped appends chunk to buf, doubling its capacity but never past
+// limit (the caller checked that the result fits), so a line of the
+// largest size costs at most twice the limit in allocations whatever the
+// runtime's own growth policy.
+func appendCapped(buf, chunk []byte, limit int) []byte {
+	if need := len(buf) + len(chunk); need > cap(buf) {
+		grown := make([]byte, len(buf), min(limit, max(need, 2*cap(buf))))
+		copy(grown, buf)
+		buf = grown
+	}
+	return append(buf, chunk...)
 }
 
 // deliver hands a reply to the command it answers.
