@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A throw-away Kubernetes on this machine (hack/cluster: etcd, kube-apiserver,
-# kube-controller-manager, with --node also containerd, kube-scheduler and a
-# kubelet), in the background, stopped by pid.
+# kube-controller-manager; with --nodes N also kube-scheduler and N nodes, each
+# in its own namespaces with containerd and a kubelet), in the background,
+# stopped by pid.
 #
-#   hack/cluster.sh up [--node] [--no-crds]   # prints: export KUBECONFIG=...
-#   hack/cluster.sh down                      # stops exactly what up started
+#   hack/cluster.sh up [--nodes N | --node] [--no-crds]  # prints: export KUBECONFIG=...
+#   hack/cluster.sh down     # stops exactly what up started, then checks nothing is left
 #   hack/cluster.sh status
 #
-# State: _out/cluster/{pid,log,kubeconfig}. Needs `make k8s` (and root for --node).
+# State: _out/cluster/{pid,log,kubeconfig}. Needs `make k8s` (and root for nodes).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,12 +19,15 @@ running() { [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 
 up() {
 	local args=(-controller-manager -kubeconfig "${state}/kubeconfig")
-	for a in "$@"; do
-		case "$a" in
-		--node) args+=(-node) ;;
+	while (($#)); do
+		case "$1" in
+		--node) args+=(-nodes 1) ;;
+		--nodes) shift; args+=(-nodes "${1:?--nodes needs a number}") ;;
+		--nodes=*) args+=(-nodes "${1#--nodes=}") ;;
 		--no-crds) args+=(-crds=false) ;;
-		*) echo "cluster.sh up: unknown option $a" >&2; exit 2 ;;
+		*) echo "cluster.sh up: unknown option $1" >&2; exit 2 ;;
 		esac
+		shift
 	done
 	if running; then
 		echo "cluster.sh: already running (pid $(cat "$pidfile")); export KUBECONFIG=${state}/kubeconfig"
@@ -70,7 +74,12 @@ down() {
 		sleep 0.2
 	done
 	rm -f "$pidfile"
-	echo "cluster.sh: stopped"
+	if ! left="$("${state}/cluster" -leftovers)"; then
+		echo "cluster.sh: stopped, but left behind:" >&2
+		echo "$left" >&2
+		exit 1
+	fi
+	echo "cluster.sh: stopped; nothing left behind"
 }
 
 case "${1:-}" in

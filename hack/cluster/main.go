@@ -1,10 +1,10 @@
 // Command cluster runs a throw-away Kubernetes on this machine for
-// development and e2e work — the same control plane (and, with -node, the
-// same single node) the tests start through test/cluster — until SIGINT or
+// development and e2e work — the same control plane (and, with -nodes, the
+// same nodes) the tests start through test/cluster — until SIGINT or
 // SIGTERM, then stops exactly what it started. hack/cluster.sh runs it in
 // the background and stops it by pid.
 //
-//	go run ./hack/cluster [-node] [-controller-manager] [-crds] [-kubeconfig PATH]
+//	go run ./hack/cluster [-nodes N | -node] [-controller-manager] [-crds] [-kubeconfig PATH]
 //
 // It prints "KUBECONFIG=<path>" and then "ready" once the API server (and
 // the node) are ready.
@@ -25,18 +25,33 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	node := flag.Bool("node", false, "also run a node: containerd, runc, CNI, kube-scheduler, kubelet (root)")
-	cm := flag.Bool("controller-manager", false, "also run kube-controller-manager (implied by -node)")
+	node := flag.Bool("node", false, "also run a node: -nodes 1")
+	nodes := flag.Int("nodes", 0, "run this many nodes, each in its own namespaces with containerd, runc, CNI and a kubelet, and kube-scheduler (root)")
+	cm := flag.Bool("controller-manager", false, "also run kube-controller-manager (implied by nodes)")
 	crds := flag.Bool("crds", true, "install kemu's CRDs (deploy/crd)")
 	out := flag.String("kubeconfig", "", "also copy the admin kubeconfig here")
+	leftovers := flag.Bool("leftovers", false, "start nothing: list what a stopped cluster left on this machine (processes, mounts, folders, network devices, cgroups) and exit 1 if anything")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cluster: unexpected arguments %v\n", flag.Args())
 		return 2
 	}
+	if *leftovers {
+		left := cluster.Leftovers("")
+		for _, l := range left {
+			fmt.Println(l)
+		}
+		if len(left) > 0 {
+			return 1
+		}
+		return 0
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, err := cluster.Start(ctx, cluster.Options{Node: *node, ControllerManager: *cm || *node,
+	if *node && *nodes == 0 {
+		*nodes = 1
+	}
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: *nodes, ControllerManager: *cm,
 		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)

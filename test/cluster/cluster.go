@@ -53,14 +53,18 @@ type Options struct {
 	EtcdArgs []string
 	// ControllerManagerArgs are appended to kube-controller-manager's flags.
 	ControllerManagerArgs []string
-	// Node also runs a single node on this machine: Debian's containerd
-	// (with runc and the CNI bridge plugin), kube-scheduler and kubelet, with
-	// the pause and busybox images imported (PauseImage, BusyboxImage). It
-	// implies ControllerManager and ServiceAccountAdmission. Needs root, the
-	// kubelet and kube-scheduler binaries (make k8s) and the packages of
-	// hack/install-deps.sh. Only one node can run per machine: Start first
-	// waits for the flock on NodeLock, which the Cluster holds until Stop.
+	// Node runs one node: Nodes 1.
 	Node bool
+	// Nodes is how many nodes to run (at most MaxNodes), each in its own
+	// namespaces with Debian's containerd (with runc and the CNI bridge
+	// plugin) and a kubelet, and kube-scheduler for all, with the pause and
+	// busybox images imported (PauseImage, BusyboxImage). Nodes imply
+	// ControllerManager and ServiceAccountAdmission. Needs root, the kubelet
+	// and kube-scheduler binaries (make k8s) and the packages of
+	// hack/install-deps.sh. One cluster with nodes runs per machine: Start
+	// first waits for the flock on NodeLock, which the Cluster holds until
+	// Stop.
+	Nodes int
 	// NodeLock is the lock file a node holds. Default DefaultNodeLock.
 	NodeLock string
 	// NodeLockTimeout bounds the wait for another test process's node to
@@ -70,8 +74,8 @@ type Options struct {
 	KubeletArgs []string
 	// SchedulerArgs are appended to kube-scheduler's flags.
 	SchedulerArgs []string
-	// StartTimeout bounds Start (in addition to ctx). Default 90s, 3 min
-	// with a node.
+	// StartTimeout bounds Start (in addition to ctx). Default 90s, with
+	// nodes 2 min plus 1 min per node.
 	StartTimeout time.Duration
 	// TempDir is the parent of the cluster's temp folder. Default os.TempDir().
 	TempDir string
@@ -105,31 +109,34 @@ type Cluster struct {
 	// (and the Node Ready, with a node), not counting NodeLockWait.
 	StartupDuration time.Duration
 
-	// The fields below are set with Options.Node.
+	// The fields below are set with Options.Nodes (or Node).
 
-	// NodeName is the Node's name (NodeName).
+	// Nodes are the cluster's nodes, in order.
+	Nodes []*Node
+	// NodeName is the first node's name.
 	NodeName string
-	// KubeletRootDir is the kubelet's --root-dir: pod volumes are at
-	// <KubeletRootDir>/pods/<uid>/volumes/<plugin>/<volume>.
+	// KubeletRootDir is the first node's kubelet root as the host sees it:
+	// pod volumes are at <KubeletRootDir>/pods/<uid>/volumes/<plugin>/<volume>
+	// (mounts the node made there are not: Node.ProcPath). Inside every node
+	// it is KubeletRoot.
 	KubeletRootDir string
-	// DevicePluginDir is the kubelet's device-plugin folder, holding its
-	// registration socket kubelet.sock. The kubelet fixes it at
-	// /var/lib/kubelet/device-plugins whatever its --root-dir (Stop removes
-	// what the node created there).
+	// DevicePluginDir is the first node's device-plugin folder as the host
+	// sees it, holding the kubelet's registration socket kubelet.sock.
 	DevicePluginDir string
-	// PodLogsDir is the kubelet's podLogsDir.
+	// PodLogsDir is the first node's Pod log folder as the host sees it.
 	PodLogsDir string
-	// ContainerdSocket is the node's containerd (CRI) socket.
+	// ContainerdSocket is the first node's containerd (CRI) socket.
 	ContainerdSocket string
 	// NodeLockWait is how long Start waited for the node lock.
 	NodeLockWait time.Duration
-	// NodeStartupDuration is how long the node took from starting
-	// containerd to the Node being Ready.
+	// NodeStartupDuration is how long the nodes took from building the
+	// images to the last Node being Ready.
 	NodeStartupDuration time.Duration
 
 	keep     bool
 	logf     func(string, ...any)
-	node     *node
+	lock     *os.File   // the node lock, held until Stop
+	host     *hostState // what Stop puts back
 	mu       sync.Mutex
 	procs    []*process // in start order
 	stopOnce sync.Once
@@ -150,14 +157,21 @@ type Process struct {
 // the test process dies).
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	t0 := time.Now()
+	if opts.Node && opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if opts.Nodes < 0 || opts.Nodes > MaxNodes {
+		return nil, fmt.Errorf("cluster: %d nodes: between 0 and %d", opts.Nodes, MaxNodes)
+	}
+	withNodes := opts.Nodes > 0
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = 90 * time.Second
-		if opts.Node {
-			timeout = 3 * time.Minute
+		if withNodes {
+			timeout = 2*time.Minute + time.Duration(opts.Nodes)*time.Minute
 		}
 	}
-	if opts.Node {
+	if withNodes {
 		opts.ControllerManager, opts.ServiceAccountAdmission = true, true
 	}
 	logf := opts.Logf
@@ -173,7 +187,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.ControllerManager {
 		need = append(need, "kube-controller-manager")
 	}
-	if opts.Node {
+	if withNodes {
 		need = append(need, "kube-scheduler", "kubelet")
 	}
 	var missing []string
@@ -187,10 +201,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			strings.Join(missing, ", "), binDir, strings.Join(missing, " "), EnvBinDir)
 	}
 
-	// A node: check the host, then wait for the machine's one node slot
+	// Nodes: check the host, then wait for the machine's one node slot
 	// before the start timeout begins.
-	var nd *node
-	if opts.Node {
+	var lock *os.File
+	var lockWait time.Duration
+	if withNodes {
 		if err := checkNodePrereqs(); err != nil {
 			return nil, err
 		}
@@ -202,11 +217,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if lockTimeout <= 0 {
 			lockTimeout = 30 * time.Minute
 		}
-		lock, waited, err := lockNode(ctx, lockPath, lockTimeout, logf)
+		lock, lockWait, err = lockNode(ctx, lockPath, lockTimeout, logf)
 		if err != nil {
 			return nil, err
 		}
-		nd = &node{lock: lock, lockWait: waited}
 		// A node whose test process died without Stop left its record.
 		prev, err := loadHostState(lock)
 		if err != nil {
@@ -235,8 +249,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	removeStaleDirs(opts.TempDir)
 	dir, err := os.MkdirTemp(opts.TempDir, "kemu-cluster-")
 	if err != nil {
-		if nd != nil {
-			nd.lock.Close()
+		if lock != nil {
+			lock.Close()
 		}
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -250,7 +264,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		BinDir: binDir,
 		keep:   opts.KeepDir || os.Getenv(EnvKeep) == "1",
 		logf:   logf,
-		node:   nd,
+		lock:   lock,
 	}
 	ok := false
 	defer func() {
@@ -258,12 +272,30 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 		}
 	}()
-	if nd != nil {
-		c.NodeLockWait = nd.lockWait
-		nd.host = captureHost(dir)
-		if err := saveHostState(nd.lock, nd.host); err != nil {
+	bindIP := "127.0.0.1"
+	if withNodes {
+		c.NodeLockWait = lockWait
+		var names []string
+		for i := range opts.Nodes {
+			n := newNode(c, i)
+			c.Nodes = append(c.Nodes, n)
+			names = append(names, n.Name)
+		}
+		first := c.Nodes[0]
+		c.NodeName, c.ContainerdSocket = first.Name, first.ContainerdSocket
+		c.KubeletRootDir, c.DevicePluginDir, c.PodLogsDir = first.KubeletRootDir(), first.DevicePluginDir(), first.HostPath(podLogsRoot)
+		// The record names the bridge, veths and cgroups before they
+		// exist, so that a test process that dies right after creating
+		// them leaves them to clean up.
+		c.host = captureHost(dir, names)
+		if err := saveHostState(lock, c.host); err != nil {
 			return nil, fmt.Errorf("cluster: node lock: %w", err)
 		}
+		if err := setupBridge(); err != nil {
+			return nil, err
+		}
+		// The nodes reach the API server on the bridge.
+		bindIP = bridgeIP
 	}
 
 	pk, err := writePKI(dir)
@@ -278,7 +310,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// use" is retried with new ports.
 	const attempts = 3
 	for i := 1; ; i++ {
-		err = c.startControlPlane(ctx, opts, pk, i)
+		err = c.startControlPlane(ctx, opts, pk, bindIP, i)
 		if err == nil {
 			break
 		}
@@ -307,8 +339,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 
-	if nd != nil {
-		if err := c.startNode(ctx, opts); err != nil {
+	if withNodes {
+		if err := c.startNodes(ctx, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -321,7 +353,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 var errAddrInUse = errors.New("address already in use")
 
-func (c *Cluster) startControlPlane(ctx context.Context, opts Options, pk *pki, attempt int) error {
+// startControlPlane starts etcd (on loopback) and kube-apiserver on bindIP.
+func (c *Cluster) startControlPlane(ctx context.Context, opts Options, pk *pki, bindIP string, attempt int) error {
 	ports, err := freePorts(3)
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -329,7 +362,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options, pk *pki, 
 	clientPort, peerPort, securePort := ports[0], ports[1], ports[2]
 	c.EtcdURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	c.Host = fmt.Sprintf("https://127.0.0.1:%d", securePort)
+	c.Host = fmt.Sprintf("https://%s", net.JoinHostPort(bindIP, strconv.Itoa(securePort)))
 	suffix := ""
 	if attempt > 1 {
 		suffix = "-" + strconv.Itoa(attempt)
@@ -361,8 +394,8 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options, pk *pki, 
 	}
 	apiArgs := []string{
 		"--etcd-servers=" + c.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + bindIP,
+		"--advertise-address=" + bindIP,
 		"--secure-port=" + strconv.Itoa(securePort),
 		"--endpoint-reconciler-type=none",
 		"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
@@ -436,7 +469,12 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options, pk *
 // start launches a binary from BinDir (or bin itself when it is an absolute
 // path), logging to <Dir>/<name>.log.
 func (c *Cluster) start(name, bin string, args []string) (*process, error) {
-	env := os.Environ()
+	return c.startEnv(name, bin, args, nil)
+}
+
+// startEnv is start with variables added to the environment.
+func (c *Cluster) startEnv(name, bin string, args, extraEnv []string) (*process, error) {
+	env := append(os.Environ(), extraEnv...)
 	if !filepath.IsAbs(bin) {
 		bin = filepath.Join(c.BinDir, bin)
 	}
@@ -590,11 +628,16 @@ func (c *Cluster) RSS() map[string]int64 {
 }
 
 // Logs returns the last n lines (at most the last 64 KiB) of a process's log
-// ("etcd", "kube-apiserver", "kube-controller-manager"; with a node also
-// "containerd", "kube-scheduler", "kubelet" — a restarted kubelet appends to
+// ("etcd", "kube-apiserver", "kube-controller-manager"; with nodes also
+// "kube-scheduler", and "kubelet", "containerd" or "netns" of the first
+// node, or of any node as "<node>/kubelet" — a restarted kubelet appends to
 // its log after a "+ <command line>" line).
 func (c *Cluster) Logs(name string, n int) string {
-	return tailFile(filepath.Join(c.Dir, name+".log"), n)
+	p := filepath.Join(c.Dir, name+".log")
+	if _, err := os.Stat(p); err != nil && len(c.Nodes) > 0 {
+		return c.Nodes[0].Logs(name, n)
+	}
+	return tailFile(p, n)
 }
 
 // Stop kills every process of the cluster (SIGTERM to its process group, then
@@ -602,7 +645,7 @@ func (c *Cluster) Logs(name string, n int) string {
 // folder unless it is kept. Stop is idempotent.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		c.stopErr = errors.Join(c.stopNode(), c.stopProcesses())
+		c.stopErr = errors.Join(c.stopNodes(), c.stopProcesses())
 		if c.keep {
 			_ = os.WriteFile(filepath.Join(c.Dir, keepFile), nil, 0o644)
 			c.logf("cluster: kept %s", c.Dir)

@@ -7,32 +7,40 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
-// hostState records what the machine looked like before a node started, so
-// that Stop (or the next node start, if this test process died) can put it
-// back: the folders the kubelet, containerd and CNI write outside the
-// cluster's folder, the cgroups the kubelet creates, the CNI bridge, and the
-// sysctls the kubelet and the bridge plugin change. It is kept as JSON in the
-// node lock file while the node runs.
+// hostState records what the machine looked like before a cluster's nodes
+// started, so that Stop (or the next node start, if this test process died)
+// can put it back: the nodes' cgroup roots and bridge, the folders a node
+// could still write outside its own (a safety net: a node's /var/lib,
+// /var/log and /run are its own), and the sysctls the kubelet changes
+// (not per network namespace). It is kept as JSON in the node lock file
+// while the nodes run.
 type hostState struct {
-	Owner int    `json:"owner"`
-	Dir   string `json:"dir"`
+	Version int    `json:"version"`
+	Owner   int    `json:"owner"`
+	Dir     string `json:"dir"`
 	// Entries of each tracked folder before the start; nil: it did not exist.
 	Dirs map[string][]string `json:"dirs"`
-	// Cgroup mount points where kubepods did not exist before.
-	Cgroups []string `json:"cgroups"`
-	// BridgeExisted: the CNI bridge was there before (then it is left alone).
-	BridgeExisted bool              `json:"bridgeExisted"`
-	Sysctls       map[string]string `json:"sysctls"`
+	// NodeCgroups are the nodes' cgroup roots in every hierarchy.
+	NodeCgroups []string `json:"nodeCgroups"`
+	// Links are the network devices the cluster creates on the host: the
+	// nodes' bridge and the host ends of their veths.
+	Links   []string          `json:"links"`
+	Sysctls map[string]string `json:"sysctls"`
 }
+
+// hostStateVersion is hostState's format; a record of another format is
+// not acted on.
+const hostStateVersion = 2
 
 // trackedDirs are written by the kubelet, containerd or CNI even with every
 // configurable path under the cluster's folder. /run/netns is special: only
@@ -51,8 +59,8 @@ var trackedSysctls = []string{
 
 const kubepods = "kubepods"
 
-func captureHost(dir string) *hostState {
-	h := &hostState{Owner: os.Getpid(), Dir: dir, Dirs: map[string][]string{}, Sysctls: map[string]string{}}
+func captureHost(dir string, nodes []string) *hostState {
+	h := &hostState{Version: hostStateVersion, Owner: os.Getpid(), Dir: dir, Dirs: map[string][]string{}, Sysctls: map[string]string{}}
 	for _, d := range trackedDirs {
 		ents, err := os.ReadDir(d)
 		if err != nil {
@@ -65,13 +73,18 @@ func captureHost(dir string) *hostState {
 		}
 		h.Dirs[d] = names
 	}
-	for _, m := range cgroupMounts() {
-		if _, err := os.Stat(filepath.Join(m, kubepods)); err != nil {
-			h.Cgroups = append(h.Cgroups, m)
+	// Only what does not exist yet is ours to remove (setupBridge and
+	// LinkAdd refuse what exists).
+	links := []string{nodesBridge}
+	for i, n := range nodes {
+		h.NodeCgroups = append(h.NodeCgroups, nodeCgroupDirs(n)...)
+		links = append(links, hostVeth(i))
+	}
+	for _, l := range links {
+		if _, err := netlink.LinkByName(l); err != nil {
+			h.Links = append(h.Links, l)
 		}
 	}
-	_, err := os.Stat("/sys/class/net/" + cniBridge)
-	h.BridgeExisted = err == nil
 	for _, s := range trackedSysctls {
 		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
 			h.Sysctls[s] = strings.TrimSpace(string(b))
@@ -112,20 +125,25 @@ func loadHostState(f *os.File) (*hostState, error) {
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("bad record %q: %w", b, err)
 	}
+	if h.Version != hostStateVersion {
+		return nil, fmt.Errorf("the record %q is from another version of test/cluster: clean up what it names by hand and empty the file", b)
+	}
 	return &h, nil
 }
 
-// cleanupHost kills what is left of the node (pod processes in the kubelet's
-// cgroups, containerd shims and anything else naming the cluster's folder),
-// unmounts what the kubelet and containerd mounted, removes the pods' network
-// namespaces, the kubepods cgroups, the CNI bridge, the files written outside
-// the folder, and restores the sysctls. It is idempotent.
+// cleanupHost kills what is left of the nodes (processes in their cgroups,
+// containerd shims and anything else naming the cluster's folder), unmounts
+// what is mounted below the folder on the host, removes Pod network
+// namespaces left in the host's /run/netns, the nodes' cgroups and bridge
+// (with the host routes through it), files written outside the folder, and
+// restores the sysctls. A node's own mounts and network devices go with its
+// namespaces, when its last process dies. It is idempotent.
 func cleanupHost(h *hostState) error {
 	var errs []error
-	if err := killCgroupProcs(h.Cgroups, 10*time.Second); err != nil {
+	if err := killCgroupProcs(h.NodeCgroups, 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	if err := killMentioning(h.Dir, 10*time.Second); err != nil {
+	if err := killMentioning(h.Dir+"/", 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	if err := unmountUnder(h.Dir); err != nil {
@@ -147,15 +165,11 @@ func cleanupHost(h *hostState) error {
 			}
 		}
 	}
-	if err := removeCgroups(h.Cgroups, 10*time.Second); err != nil {
+	if err := removeCgroups(h.NodeCgroups, 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	if !h.BridgeExisted {
-		if _, err := os.Stat("/sys/class/net/" + cniBridge); err == nil {
-			if out, err := exec.Command("ip", "link", "del", cniBridge).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("ip link del %s: %v: %s", cniBridge, err, strings.TrimSpace(string(out))))
-			}
-		}
+	if err := deleteLinks(h.Links); err != nil {
+		errs = append(errs, err)
 	}
 	for _, d := range trackedDirs {
 		if d == "/run/netns" {
@@ -231,14 +245,14 @@ func cgroupTree(root string) []string {
 	return out
 }
 
-// killCgroupProcs SIGKILLs every process in the kubepods cgroups of the
-// given hierarchies until they are empty.
-func killCgroupProcs(hierarchies []string, timeout time.Duration) error {
+// killCgroupProcs SIGKILLs every process in the given cgroups and their
+// children until they are empty.
+func killCgroupProcs(dirs []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var pids []int
-		for _, m := range hierarchies {
-			for _, cg := range cgroupTree(filepath.Join(m, kubepods)) {
+		for _, d := range dirs {
+			for _, cg := range cgroupTree(d) {
 				pids = append(pids, readPids(filepath.Join(cg, "cgroup.procs"))...)
 			}
 		}
@@ -251,7 +265,7 @@ func killCgroupProcs(hierarchies []string, timeout time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v still in the kubepods cgroups after %s", pids, timeout)
+			return fmt.Errorf("processes %v still in the nodes' cgroups after %s", pids, timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -271,15 +285,16 @@ func readPids(path string) []int {
 	return pids
 }
 
-// removeCgroups removes the kubepods trees, children first. A cgroup whose
-// last process just died can stay busy for a moment, so it is retried.
-func removeCgroups(hierarchies []string, timeout time.Duration) error {
+// removeCgroups removes the given cgroups and their children, children
+// first. A cgroup whose last process just died can stay busy for a moment,
+// so it is retried.
+func removeCgroups(dirs []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var left []string
 		var lastErr error
-		for _, m := range hierarchies {
-			tree := cgroupTree(filepath.Join(m, kubepods))
+		for _, d := range dirs {
+			tree := cgroupTree(d)
 			for i := len(tree) - 1; i >= 0; i-- {
 				if err := syscall.Rmdir(tree[i]); err != nil && !errors.Is(err, syscall.ENOENT) {
 					left, lastErr = append(left, tree[i]), err
@@ -440,4 +455,47 @@ func foreignKubelet() error {
 		}
 	}
 	return nil
+}
+
+// Leftovers lists what a stopped cluster whose folder was dir would have
+// left on the machine: processes naming the folder, mounts below it, the
+// folder itself, the nodes' bridge and veths, and node cgroups. With dir ""
+// it looks for any cluster's (folders kemu-cluster-* in the temp folder).
+// Empty means clean.
+func Leftovers(dir string) []string {
+	var out []string
+	dirs := []string{dir}
+	if dir == "" {
+		dirs, _ = filepath.Glob(filepath.Join(os.TempDir(), "kemu-cluster-*"))
+		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Join(d, keepFile)); err != nil {
+				out = append(out, "folder "+d)
+			}
+		}
+	} else if _, err := os.Stat(dir); err == nil {
+		out = append(out, "folder "+dir)
+	}
+	for _, d := range dirs {
+		for _, pid := range pidsMentioning(d + "/") {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")))
+		}
+		for _, m := range MountsUnder(d) {
+			out = append(out, "mount "+m)
+		}
+	}
+	if links, err := netlink.LinkList(); err == nil {
+		for _, l := range links {
+			if name := l.Attrs().Name; name == nodesBridge || strings.HasPrefix(name, "kemu-n") {
+				out = append(out, "network device "+name)
+			}
+		}
+	}
+	for _, m := range cgroupMounts() {
+		cgs, _ := filepath.Glob(filepath.Join(m, NodeNamePrefix+"*"))
+		for _, cg := range cgs {
+			out = append(out, "cgroup "+cg)
+		}
+	}
+	return out
 }

@@ -3,6 +3,8 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"os"
 	"syscall"
 	"time"
@@ -30,17 +32,17 @@ func rssBytes(pid int) int64 { return 0 }
 // A node runs on Linux only (checkNodePrereqs says so); these keep the
 // package building elsewhere.
 type hostState struct {
-	Owner   int
-	Dir     string
-	Cgroups []string
+	Owner       int
+	Dir         string
+	NodeCgroups []string
 }
 
-func captureHost(dir string) *hostState          { return &hostState{Dir: dir} }
-func saveHostState(*os.File, *hostState) error   { return nil }
-func loadHostState(*os.File) (*hostState, error) { return nil, nil }
-func cleanupHost(*hostState) error               { return nil }
-func tryFlock(*os.File) (bool, error)            { return false, syscall.ENOSYS }
-func unmountUnder(string) error                  { return nil }
+func captureHost(dir string, _ []string) *hostState { return &hostState{Dir: dir} }
+func saveHostState(*os.File, *hostState) error      { return nil }
+func loadHostState(*os.File) (*hostState, error)    { return nil, nil }
+func cleanupHost(*hostState) error                  { return nil }
+func tryFlock(*os.File) (bool, error)               { return false, syscall.ENOSYS }
+func unmountUnder(string) error                     { return nil }
 
 // MountsUnder lists the mount points at or below dir (Linux only).
 func MountsUnder(string) []string { return nil }
@@ -48,3 +50,14 @@ func MountsUnder(string) []string { return nil }
 func killCgroupProcs([]string, time.Duration) error { return nil }
 
 func foreignKubelet() error { return nil }
+
+func killMentioning(string, time.Duration) error { return nil }
+func nodeCgroupDirs(string) []string             { return nil }
+func setupBridge() error                         { return errors.New("cluster: nodes run on Linux only") }
+
+func (n *Node) startNamespaces(context.Context) error {
+	return errors.New("cluster: nodes run on Linux only")
+}
+
+// Leftovers lists what a stopped cluster left behind (Linux only).
+func Leftovers(string) []string { return nil }
