@@ -74,7 +74,9 @@ down() {
 		sleep 0.2
 	done
 	rm -f "$pidfile"
-	if ! left="$("${state}/cluster" -leftovers)"; then
+	local dir
+	dir="$(sed -n 's/^DIR=//p' "${state}/log")"
+	if [[ -n "$dir" ]] && ! left="$("${state}/cluster" -leftovers "$dir")"; then
 		echo "cluster.sh: stopped, but left behind:" >&2
 		echo "$left" >&2
 		exit 1

@@ -49,6 +49,7 @@ type options struct {
 	leaseNamespace, leaseName, identity                                        string
 	leaderElect                                                                bool
 	leaseDuration, renewDeadline, retryPeriod, resync                          time.Duration
+	nodeHeartbeatTimeout                                                       time.Duration
 	workers                                                                    int
 	qps                                                                        float64
 	burst                                                                      int
@@ -96,6 +97,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "renew deadline")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "retry period")
 	fs.DurationVar(&o.resync, "resync", 10*time.Minute, "informer resync period")
+	fs.DurationVar(&o.nodeHeartbeatTimeout, "node-heartbeat-timeout", node.DefaultHeartbeatTimeout,
+		"age of a node agent's heartbeat after which its node is labelled unschedulable and its VMIs without launcher Pods fail")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API requests per second")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "API request burst")
 	klog.InitFlags(fs)
@@ -119,6 +122,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.workers < 1 {
 		return o, errors.New("--workers must be at least 1")
+	}
+	if o.nodeHeartbeatTimeout <= 0 {
+		return o, fmt.Errorf("--node-heartbeat-timeout %s: must be positive", o.nodeHeartbeatTimeout)
 	}
 	return o, nil
 }
@@ -215,7 +221,7 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 	if err != nil {
 		return nil, err
 	}
-	nodec, err := node.New(kube, kemu, inf.Kube, inf.Kemu, recorder, node.Options{})
+	nodec, err := node.New(kube, kemu, inf.Kube, inf.Kemu, recorder, node.Options{HeartbeatTimeout: o.nodeHeartbeatTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ func TestRealKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := waitAllocatable(ctx, cs, want)
+	res, err := waitAllocatable(ctx, cs, c.NodeName, want)
 	if err != nil {
 		t.Fatalf("%v\n--- kubelet ---\n%s", err, c.Logs("kubelet", 30))
 	}
@@ -130,7 +130,7 @@ func TestRealKubelet(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v\n--- kubelet ---\n%s", err, c.Logs("kubelet", 30))
 	}
-	if res, err = waitAllocatable(ctx, cs, want); err != nil {
+	if res, err = waitAllocatable(ctx, cs, c.NodeName, want); err != nil {
 		t.Fatalf("after the kubelet restart: %v", err)
 	}
 	t.Logf("plugins registered again, node %s, %s after the restart began", res, time.Since(t0).Round(time.Millisecond))
@@ -208,10 +208,10 @@ func runTunPod(ctx context.Context, t *testing.T, c *cluster.Cluster, cs kuberne
 // waitAllocatable polls the Node until its capacity and allocatable count of
 // every resource in want match (0 also matches an absent resource) and
 // returns the devices.kemu.dev part of its capacity and allocatable.
-func waitAllocatable(ctx context.Context, cs kubernetes.Interface, want map[corev1.ResourceName]int64) (string, error) {
+func waitAllocatable(ctx context.Context, cs kubernetes.Interface, node string, want map[corev1.ResourceName]int64) (string, error) {
 	var last string
 	err := cluster.Poll(ctx, func() error {
-		n, err := cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -237,7 +237,7 @@ func waitAllocatable(ctx context.Context, cs kubernetes.Interface, want map[core
 		return nil
 	})
 	if err != nil {
-		return last, fmt.Errorf("node %s: %w (%s)", cluster.NodeName, err, last)
+		return last, fmt.Errorf("node %s: %w (%s)", node, err, last)
 	}
 	return last, nil
 }

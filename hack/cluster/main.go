@@ -6,8 +6,10 @@
 //
 //	go run ./hack/cluster [-nodes N | -node] [-controller-manager] [-crds] [-kubeconfig PATH]
 //
-// It prints "KUBECONFIG=<path>" and then "ready" once the API server (and
-// the node) are ready.
+// It prints "KUBECONFIG=<path>", "DIR=<the cluster's folder>" and then
+// "ready" once the API server (and the nodes) are ready. With -leftovers DIR
+// it starts nothing and lists what the stopped cluster of that folder left
+// behind.
 package main
 
 import (
@@ -30,14 +32,14 @@ func run() int {
 	cm := flag.Bool("controller-manager", false, "also run kube-controller-manager (implied by nodes)")
 	crds := flag.Bool("crds", true, "install kemu's CRDs (deploy/crd)")
 	out := flag.String("kubeconfig", "", "also copy the admin kubeconfig here")
-	leftovers := flag.Bool("leftovers", false, "start nothing: list what a stopped cluster left on this machine (processes, mounts, folders, network devices, cgroups) and exit 1 if anything")
+	leftovers := flag.String("leftovers", "", "start nothing: list what the stopped cluster whose folder was this left on the machine (processes, mounts, the folder, network devices, cgroups) and exit 1 if anything")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cluster: unexpected arguments %v\n", flag.Args())
 		return 2
 	}
-	if *leftovers {
-		left := cluster.Leftovers("")
+	if *leftovers != "" {
+		left := cluster.Leftovers(*leftovers, "")
 		for _, l := range left {
 			fmt.Println(l)
 		}
@@ -88,7 +90,7 @@ func serve(ctx context.Context, c *cluster.Cluster, crds bool, out string) int {
 			return 1
 		}
 	}
-	fmt.Printf("KUBECONFIG=%s\nready\n", kubeconfig)
+	fmt.Printf("KUBECONFIG=%s\nDIR=%s\nready\n", kubeconfig, c.Dir)
 	<-ctx.Done()
 	return 0
 }

@@ -457,31 +457,30 @@ func foreignKubelet() error {
 	return nil
 }
 
-// Leftovers lists what a stopped cluster whose folder was dir would have
-// left on the machine: processes naming the folder, mounts below it, the
-// folder itself, the nodes' bridge and veths, and node cgroups. With dir ""
-// it looks for any cluster's (folders kemu-cluster-* in the temp folder).
-// Empty means clean.
-func Leftovers(dir string) []string {
+// Leftovers lists what the stopped cluster whose folder was dir left on the
+// machine: processes naming the folder, mounts below it, the folder itself;
+// and, unless another cluster with nodes holds the node lock (lockPath;
+// "" for DefaultNodeLock) and owns them now, the nodes' bridge and veths
+// and node cgroups. Empty means clean.
+func Leftovers(dir, lockPath string) []string {
 	var out []string
-	dirs := []string{dir}
-	if dir == "" {
-		dirs, _ = filepath.Glob(filepath.Join(os.TempDir(), "kemu-cluster-*"))
-		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, keepFile)); err != nil {
-				out = append(out, "folder "+d)
-			}
-		}
-	} else if _, err := os.Stat(dir); err == nil {
+	if _, err := os.Stat(dir); err == nil {
 		out = append(out, "folder "+dir)
 	}
-	for _, d := range dirs {
-		for _, pid := range pidsMentioning(d + "/") {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")))
-		}
-		for _, m := range MountsUnder(d) {
-			out = append(out, "mount "+m)
+	for _, pid := range pidsMentioning(dir + "/") {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")))
+	}
+	for _, m := range MountsUnder(dir) {
+		out = append(out, "mount "+m)
+	}
+	if lockPath == "" {
+		lockPath = DefaultNodeLock
+	}
+	if f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644); err == nil {
+		defer f.Close()
+		if ok, _ := tryFlock(f); !ok {
+			return out // another cluster's nodes run: the devices are theirs
 		}
 	}
 	if links, err := netlink.LinkList(); err == nil {

@@ -67,6 +67,7 @@ var nodeBinaries = map[string]string{
 	"ip":                      "iproute2",
 	"unshare":                 "util-linux",
 	"nsenter":                 "util-linux",
+	"iptables":                "iptables",
 	"mount":                   "mount",
 	"go":                      "the Go toolchain (it builds the pause image)",
 }
@@ -199,6 +200,9 @@ func (n *Node) start(ctx context.Context, opts Options, imgDir, wrapper string) 
 	if err := n.startNamespaces(ctx); err != nil {
 		return err
 	}
+	if err := n.routeKubernetesService(ctx); err != nil {
+		return err
+	}
 	conflist := filepath.Join(n.Dir, "cni", "net.d", "10-"+cniNetwork+".conflist")
 	if err := os.WriteFile(conflist, []byte(cniConflist(n.PodCIDR)), 0o644); err != nil {
 		return fmt.Errorf("cluster: node %s: %w", n.Name, err)
@@ -232,6 +236,27 @@ func (n *Node) start(ctx context.Context, opts Options, imgDir, wrapper string) 
 	}
 	n.StartupDuration = time.Since(t0)
 	n.c.logf("cluster: node %s (%s, Pods %s) Ready in %s", n.Name, n.IP, n.PodCIDR, n.StartupDuration.Round(time.Millisecond))
+	return nil
+}
+
+// KubernetesServiceIP is the "kubernetes" Service's ClusterIP (the first
+// address of --service-cluster-ip-range), which Pods find in
+// KUBERNETES_SERVICE_HOST.
+const KubernetesServiceIP = "10.0.0.1"
+
+// routeKubernetesService does the one thing kube-proxy would do on a test
+// node: the node's (and its Pods') connections to the "kubernetes" Service,
+// KubernetesServiceIP:443, go to the API server on the bridge. In-cluster
+// clients then work unchanged.
+func (n *Node) routeKubernetesService(ctx context.Context) error {
+	to := strings.TrimPrefix(n.c.Host, "https://")
+	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+		out, err := n.Command(ctx, "iptables", "-w", "-t", "nat", "-A", chain, "-d", KubernetesServiceIP+"/32", "-p", "tcp", "--dport", "443",
+			"-j", "DNAT", "--to-destination", to).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("cluster: node %s: the kubernetes Service: iptables %s: %w: %s", n.Name, chain, err, strings.TrimSpace(string(out)))
+		}
+	}
 	return nil
 }
 

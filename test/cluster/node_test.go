@@ -203,7 +203,7 @@ func TestNodes(t *testing.T) {
 			t.Errorf("%s (pid %d) still exists after Stop", p.Name, p.Pid)
 		}
 	}
-	if left := cluster.Leftovers(c.Dir); len(left) > 0 {
+	if left := cluster.Leftovers(c.Dir, ""); len(left) > 0 {
 		t.Errorf("left behind after Stop: %v", left)
 	}
 }

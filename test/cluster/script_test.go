@@ -13,8 +13,9 @@ import (
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
-// hack/cluster.sh up starts a cluster with kemu's CRDs in the background and
-// prints its kubeconfig; down stops exactly what up started (by pid).
+// hack/cluster.sh up --nodes 2 starts a cluster of two nodes with kemu's
+// CRDs in the background and prints its kubeconfig; down stops exactly what
+// up started (by pid) and checks that nothing is left.
 func TestClusterScript(t *testing.T) {
 	root, err := cluster.RepoRoot()
 	if err != nil {
@@ -28,7 +29,7 @@ func TestClusterScript(t *testing.T) {
 	if out, err := exec.Command("bash", script, "status").CombinedOutput(); err == nil {
 		t.Fatalf("a hack/cluster.sh cluster is already running: %s", out)
 	}
-	out, err := exec.Command("bash", script, "up").Output()
+	out, err := exec.Command("bash", script, "up", "--nodes", "2").Output()
 	if err != nil {
 		t.Fatalf("cluster.sh up: %v\n%s", err, out)
 	}
@@ -43,12 +44,30 @@ func TestClusterScript(t *testing.T) {
 	if err != nil || !strings.Contains(string(got), "virtualmachineinstances.kemu.dev") {
 		t.Errorf("kubectl get crd: %v\n%s", err, got)
 	}
+	got, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "--cache-dir", state, "get", "nodes", "-o",
+		`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(got)) != "kemu-node-1=True kemu-node-2=True" {
+		t.Errorf("kubectl get nodes: %v %q, want two Ready nodes", err, got)
+	}
+	log, _ := os.ReadFile(filepath.Join(root, "_out", "cluster", "log"))
+	var dir string
+	for _, l := range strings.Split(string(log), "\n") {
+		if d, ok := strings.CutPrefix(l, "DIR="); ok {
+			dir = d
+		}
+	}
+	if dir == "" {
+		t.Fatalf("no DIR= line in the cluster's log:\n%s", log)
+	}
 	children := descendants(pid)
 	if len(children) < 3 {
 		t.Errorf("cluster pid %d has %d descendants, want etcd, kube-apiserver, kube-controller-manager", pid, len(children))
 	}
 	if out, err := exec.Command("bash", script, "down").CombinedOutput(); err != nil {
 		t.Fatalf("cluster.sh down: %v\n%s", err, out)
+	}
+	if left := cluster.Leftovers(dir, ""); len(left) > 0 {
+		t.Errorf("left behind after down: %v", left)
 	}
 	for _, p := range append(children, pid) {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(p)); err == nil && !zombie(p) {

@@ -60,4 +60,4 @@ func (n *Node) startNamespaces(context.Context) error {
 }
 
 // Leftovers lists what a stopped cluster left behind (Linux only).
-func Leftovers(string) []string { return nil }
+func Leftovers(string, string) []string { return nil }

@@ -117,7 +117,7 @@ func TestDeploy(t *testing.T) {
 	t.Logf("images imported in %s", time.Since(t0).Round(time.Millisecond))
 
 	dir := t.TempDir()
-	if _, err := deploytest.Overlay(dir, c, version); err != nil {
+	if err := deploytest.Overlay(dir, version, deploytest.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	t0 = time.Now()

@@ -34,7 +34,9 @@ func testAgentToken(ctx context.Context, t *testing.T, c *cluster.Cluster, cs ku
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("nodeagent pods: %v %v", err, pods)
 	}
-	toks, err := filepath.Glob(filepath.Join(c.KubeletRootDir, "pods", string(pods.Items[0].UID), "volumes", "kubernetes.io~projected", "*", "token"))
+	// The projected volume is a tmpfs the kubelet mounted in the node: read
+	// it through the node's mount namespace.
+	toks, err := filepath.Glob(c.Nodes[0].ProcPath(filepath.Join(cluster.KubeletRoot, "pods", string(pods.Items[0].UID), "volumes", "kubernetes.io~projected", "*", "token")))
 	if err != nil || len(toks) != 1 {
 		t.Fatalf("the node agent Pod's projected token: %v %v", toks, err)
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/kemu-dev/kemu/test/cluster"
 )
 
 // A tag is a string in the kustomization whatever it looks like: git describe
@@ -17,8 +15,7 @@ func TestOverlayQuotesTag(t *testing.T) {
 	for _, tag := range []string{"3958576", "1e5", "true", "v0.1.0-3-gabc", "null"} {
 		t.Run(tag, func(t *testing.T) {
 			dir := t.TempDir()
-			c := &cluster.Cluster{Host: "https://127.0.0.1:6443", Dir: dir, KubeletRootDir: "/var/lib/kubelet"}
-			if _, err := Overlay(dir, c, tag); err != nil {
+			if err := Overlay(dir, tag, Config{HostDiskDirs: "/srv/disks"}); err != nil {
 				t.Fatal(err)
 			}
 			b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))

@@ -52,8 +52,8 @@ func TestContainerDiskVMI(t *testing.T) {
 	ev.apply(t, vmiManifest(vmiOptions{name: name, userData: webUserData, ports: []int{8080}, labels: map[string]string{"kemu-e2e": name}}))
 	vmi := ev.waitRunning(ctx, t, name, bootTimeout)
 	t.Logf("kubectl apply → Running in %s (node %s, pod %s)", time.Since(t0).Round(time.Millisecond), vmi.Status.NodeName, vmi.Status.LauncherPod)
-	if vmi.Status.NodeName != ev.c.NodeName {
-		t.Errorf("status.nodeName %q, want %q", vmi.Status.NodeName, ev.c.NodeName)
+	if ev.c.Node(vmi.Status.NodeName) == nil {
+		t.Errorf("status.nodeName %q is none of the cluster's nodes", vmi.Status.NodeName)
 	}
 	// QEMU runs in its cgroup v2 device allowlist inside the launcher Pod.
 	if c := condition(vmi, v1.VirtualMachineInstanceDevicesConfined); c == nil || c.Status != corev1.ConditionTrue {
@@ -82,7 +82,7 @@ func TestContainerDiskVMI(t *testing.T) {
 	}
 	out := ev.kubectl(t, "-n", ns, "get", "vmi", name)
 	t.Logf("kubectl get vmi %s:\n%s", name, out)
-	for _, want := range []string{"Running", ev.c.NodeName, ip} {
+	for _, want := range []string{"Running", vmi.Status.NodeName, ip} {
 		if !regexp.MustCompile(`(?m)^` + name + `\s.*\b` + regexp.QuoteMeta(want) + `\b`).MatchString(out) {
 			t.Errorf("kubectl get vmi shows no %q:\n%s", want, out)
 		}
@@ -335,8 +335,9 @@ func TestKillLauncher(t *testing.T) {
 	ev.deleteVMI(ctx, t, name)
 }
 
-// TestNodeAgentRestart: the node agent's Pod deleted (the DaemonSet makes a
-// new one) while three VMIs run → no QEMU restarts, no VMI leaves Running.
+// TestNodeAgentRestart: the node agent's Pod on the first node deleted (the
+// DaemonSet makes a new one) while three VMIs run there → no QEMU restarts,
+// no VMI leaves Running.
 func TestNodeAgentRestart(t *testing.T) {
 	ev := need(t)
 	dumpOnFailure(t, ev)
@@ -344,10 +345,11 @@ func TestNodeAgentRestart(t *testing.T) {
 	defer cancel()
 	names := []string{"keep-1", "keep-2", "keep-3"}
 	sel := "kemu-e2e=restart"
+	node := ev.c.Nodes[0].Name
 	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", "-l", sel, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
 	var docs []string
 	for _, n := range names {
-		docs = append(docs, vmiManifest(vmiOptions{name: n, labels: map[string]string{"kemu-e2e": "restart"}}))
+		docs = append(docs, vmiManifest(vmiOptions{name: n, node: node, labels: map[string]string{"kemu-e2e": "restart"}}))
 	}
 	ev.apply(t, strings.Join(docs, "---\n"))
 	pids := map[string]int{}
@@ -357,28 +359,14 @@ func TestNodeAgentRestart(t *testing.T) {
 		uids[n] = string(vmi.UID)
 		pids[n] = qemuPid(ctx, t, n)
 	}
-	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", ev.healthPort)
-	connections := func(want int) error {
-		resp, err := http.Get(metrics)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		m := regexp.MustCompile(`(?m)^kemu_nodeagent_launcher_connections (\S+)$`).FindSubmatch(b)
-		if m == nil || string(m[1]) != fmt.Sprint(want) {
-			return fmt.Errorf("node agent: kemu_nodeagent_launcher_connections %q, want %d", m, want)
-		}
-		return nil
-	}
 	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer wcancel()
-	if err := poll(wctx, 500*time.Millisecond, func() error { return connections(len(names)) }); err != nil {
+	if err := ev.launcherConnections(wctx, node, len(names)); err != nil {
 		t.Fatal(err)
 	}
-	old, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: nodeagentSelector})
+	old, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: nodeagentSelector, FieldSelector: "spec.nodeName=" + node})
 	if err != nil || len(old.Items) != 1 {
-		t.Fatalf("node agent Pods: %v %d", err, len(old.Items))
+		t.Fatalf("node agent Pods on %s: %v %d", node, err, len(old.Items))
 	}
 	pw := ev.watchPhases(ctx, t, sel)
 	t0 := time.Now()
@@ -386,23 +374,19 @@ func TestNodeAgentRestart(t *testing.T) {
 	t.Logf("node agent Pod %s deleted in %s", old.Items[0].Name, time.Since(t0).Round(time.Millisecond))
 	var newPod string
 	err = poll(wctx, 500*time.Millisecond, func() error {
-		pods, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: nodeagentSelector})
+		p, err := ev.nodeAgentPod(ctx, node)
 		if err != nil {
 			return err
 		}
-		for _, p := range pods.Items {
-			if p.Name == old.Items[0].Name || p.DeletionTimestamp != nil {
-				continue
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					newPod = p.Name
-					return connections(len(names))
-				}
-			}
+		if p.Name == old.Items[0].Name {
+			return fmt.Errorf("no new node agent Pod Ready")
 		}
-		return fmt.Errorf("no new node agent Pod Ready")
+		newPod = p.Name
+		return nil
 	})
+	if err == nil {
+		err = ev.launcherConnections(wctx, node, len(names))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

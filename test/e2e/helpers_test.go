@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,7 @@ type vmiOptions struct {
 	memory    string
 	grace     int
 	noNetwork bool
+	node      string // pinned to this node (spec.nodeSelector kubernetes.io/hostname)
 }
 
 // vmiManifest renders a VMI (or a VM with runStrategy Always) of the test
@@ -84,6 +86,9 @@ func vmiManifest(o vmiOptions) string {
 	var spec strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&spec, format+"\n", args...) }
 	w("terminationGracePeriodSeconds: %d", o.grace)
+	if o.node != "" {
+		w("nodeSelector: {kubernetes.io/hostname: %s}", o.node)
+	}
 	w("domain:")
 	w("  memory: {guest: %s}", o.memory)
 	if o.kernel {
@@ -505,3 +510,59 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// nodeAgentPod is the Ready node agent Pod on node.
+func (ev *env) nodeAgentPod(ctx context.Context, node string) (*corev1.Pod, error) {
+	pods, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: nodeagentSelector, FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return &pods.Items[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no Ready node agent Pod on %s", node)
+}
+
+// nodeAgentMetric reads one unlabelled metric of the node agent on node
+// (its /metrics on the health port, through its Pod IP).
+func (ev *env) nodeAgentMetric(ctx context.Context, node, name string) (string, error) {
+	p, err := ev.nodeAgentPod(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	url := fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, nodeAgentHealthPort)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("%s: no %s", url, name)
+	}
+	return string(m[1]), nil
+}
+
+// launcherConnections waits until the node agent on node has want launcher
+// connections (kemu_nodeagent_launcher_connections).
+func (ev *env) launcherConnections(ctx context.Context, node string, want int) error {
+	return poll(ctx, 500*time.Millisecond, func() error {
+		got, err := ev.nodeAgentMetric(ctx, node, "kemu_nodeagent_launcher_connections")
+		if err == nil && got != fmt.Sprint(want) {
+			err = fmt.Errorf("node agent on %s: kemu_nodeagent_launcher_connections %s, want %d", node, got, want)
+		}
+		return err
+	})
+}
+
+// nodeAgentHealthPort is deploy/'s node agent --health-addr port.
+const nodeAgentHealthPort = 8185

@@ -45,8 +45,7 @@ type env struct {
 	kube       kubernetes.Interface
 	kemu       versioned.Interface
 	kemuctl    string // the kemuctl binary built from ./cmd/kemuctl
-	overlay    string // the kustomization applied (deploy/ + the test node's patches)
-	healthPort int    // the node agent's --health-addr port (host network)
+	overlay    string // the kustomization applied (deploy/ + the tests' settings)
 	hostDisks  string // the node directory kemu-config hostDiskDirs allows
 	setupTook  time.Duration
 }
@@ -141,20 +140,24 @@ func setup(ctx context.Context) (*env, error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
 	}
-	c, err := cluster.Start(ctx, cluster.Options{Node: true, Logf: logf})
+	// Two nodes. The node lifecycle controller marks a node whose kubelet
+	// stopped NotReady after 20 s (TestNodeFailure).
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, Logf: logf,
+		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s"}})
 	if err != nil {
 		<-built
 		return nil, fmt.Errorf("starting the cluster (make k8s builds its binaries): %w", err)
 	}
 	ev.c = c
-	logf("control plane + node up in %s (waited %s for the node lock)", c.StartupDuration.Round(time.Millisecond), c.NodeLockWait.Round(time.Millisecond))
-	// Start with IPv4 forwarding off on the node, so the first launcher Pod's
-	// netns has it off too (a new netns copies the host's value; the CNI
-	// bridge plugin turns the host's on only while it sets up that Pod): the
-	// launcher must turn it on in its own netns although the container's
-	// /proc/sys is read-only. test/cluster restores the value on Stop.
+	logf("control plane + %d nodes up in %s (waited %s for the node lock)", len(c.Nodes), c.StartupDuration.Round(time.Millisecond), c.NodeLockWait.Round(time.Millisecond))
+	// IPv4 forwarding off in the host's network namespace, so that launcher
+	// Pods' namespaces start with it off (a new network namespace copies the
+	// initial namespace's value, not its creator's: the nodes forward, the
+	// host does not need to): the launcher must turn it on in its own
+	// namespace although the container's /proc/sys is read-only.
+	// test/cluster restores the value on Stop.
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644); err != nil {
-		return ev, fmt.Errorf("net.ipv4.ip_forward=0 on the node: %w", err)
+		return ev, fmt.Errorf("net.ipv4.ip_forward=0 on the host: %w", err)
 	}
 	if ev.kube, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return ev, err
@@ -209,32 +212,38 @@ func setup(ctx context.Context) (*env, error) {
 		if err != nil {
 			return err
 		}
-		if s := ds.Status; s.DesiredNumberScheduled != 1 || s.NumberReady != 1 {
-			return fmt.Errorf("node agent DaemonSet not ready: %+v", s)
+		if s := ds.Status; s.DesiredNumberScheduled != int32(len(c.Nodes)) || s.NumberReady != int32(len(c.Nodes)) {
+			return fmt.Errorf("node agent DaemonSet not ready on %d nodes: %+v", len(c.Nodes), s)
 		}
-		n, err := ev.kube.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Labels[v1.NodeSchedulableLabel] != "true" {
-			return fmt.Errorf("node %s not labelled %s=true: %v", c.NodeName, v1.NodeSchedulableLabel, n.Labels)
+		for _, cn := range c.Nodes {
+			n, err := ev.kube.CoreV1().Nodes().Get(ctx, cn.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if n.Labels[v1.NodeSchedulableLabel] != "true" {
+				return fmt.Errorf("node %s not labelled %s=true: %v", cn.Name, v1.NodeSchedulableLabel, n.Labels)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return ev, err
 	}
-	logf("node agent DaemonSet ready, node %s labelled %s=true, %s after apply", c.NodeName, v1.NodeSchedulableLabel, time.Since(t0).Round(time.Millisecond))
+	logf("node agent DaemonSet ready, %d nodes labelled %s=true, %s after apply", len(c.Nodes), v1.NodeSchedulableLabel, time.Since(t0).Round(time.Millisecond))
 	return ev, nil
 }
 
-// writeOverlay writes a kustomization over deploy/ for test/cluster's node:
-// the kubelet's root and the probe cache in the cluster's temp folder, and —
-// because test/cluster runs no kube-proxy and its apiserver listens on
-// 127.0.0.1 only — the controller and the node agent in the host network,
-// pointed at the apiserver with KUBERNETES_SERVICE_HOST/PORT, on free ports
-// (as test/deploy does). A real cluster needs none of this. kemu-config
-// allows hostDisks below <cluster dir>/hostdisks (TestHostileTenant).
+// Heartbeats of the tests' kemu: the node agents beat every 5 s and the
+// controller takes a node whose agent has not beaten for 40 s as gone
+// (TestNodeFailure), instead of 1 min and 5 min.
+const (
+	heartbeatInterval = 5 * time.Second
+	heartbeatTimeout  = 40 * time.Second
+)
+
+// writeOverlay writes a kustomization over deploy/: kemu-config allows
+// hostDisks below <cluster dir>/hostdisks (TestHostileTenant), and the
+// heartbeats are faster.
 func (ev *env) writeOverlay() error {
 	dir, err := os.MkdirTemp("", "kemu-e2e-overlay")
 	if err != nil {
@@ -244,9 +253,12 @@ func (ev *env) writeOverlay() error {
 	if err := os.MkdirAll(ev.hostDisks, 0o755); err != nil {
 		return err
 	}
-	ports, err := deploytest.OverlayWith(dir, ev.c, "", deploytest.Config{HostDiskDirs: ev.hostDisks})
-	ev.overlay, ev.healthPort = dir, ports.Health
-	return err
+	ev.overlay = dir
+	return deploytest.Overlay(dir, "", deploytest.Config{
+		HostDiskDirs:   ev.hostDisks,
+		ControllerArgs: []string{"--node-heartbeat-timeout=" + heartbeatTimeout.String()},
+		NodeAgentArgs:  []string{"--heartbeat-interval=" + heartbeatInterval.String()},
+	})
 }
 
 // teardown deletes what the tests left (VMs first: they would recreate
@@ -286,7 +298,9 @@ func diagnostics(c *cluster.Cluster) string {
 	add("controller logs", "-n", kemuNS, "logs", "-l", controllerSelector, "--all-containers", "--tail=80", "--prefix")
 	add("node agent logs", "-n", kemuNS, "logs", "-l", nodeagentSelector, "--all-containers", "--tail=120", "--prefix")
 	add("launcher logs", "logs", "-A", "-l", launcherSelector, "--all-containers", "--tail=40", "--prefix", "--max-log-requests=20")
-	fmt.Fprintf(&b, "----- kubelet log (tail)\n%s\n", c.Logs("kubelet", 60))
+	for _, n := range c.Nodes {
+		fmt.Fprintf(&b, "----- kubelet log of %s (tail)\n%s\n", n.Name, n.Logs("kubelet", 60))
+	}
 	return b.String()
 }
 
