@@ -807,6 +807,7 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	}
 	return nil
 }
+
 // lockNode takes the exclusive flock on path, polling until timeout. The
 // returned file holds the lock until it is closed (also when the test process
 // dies).

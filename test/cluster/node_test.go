@@ -91,7 +91,9 @@ func TestNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	running := func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil }
+	running := func(p *corev1.Pod) (bool, error) {
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	}
 	for _, p := range []*corev1.Pod{server, client} {
 		if err := waitPod(ctx, cs, "default", p.Name, running); err != nil {
 			t.Fatalf("%v\n--- kubelet of %s ---\n%s", err, p.Spec.NodeName, c.Node(p.Spec.NodeName).Logs("kubelet", 30))

@@ -40,14 +40,14 @@ const (
 
 // env is the cluster every test of the package shares (TestMain).
 type env struct {
-	root       string
-	c          *cluster.Cluster
-	kube       kubernetes.Interface
-	kemu       versioned.Interface
-	kemuctl    string // the kemuctl binary built from ./cmd/kemuctl
-	overlay    string // the kustomization applied (deploy/ + the tests' settings)
-	hostDisks  string // the node directory kemu-config hostDiskDirs allows
-	setupTook  time.Duration
+	root      string
+	c         *cluster.Cluster
+	kube      kubernetes.Interface
+	kemu      versioned.Interface
+	kemuctl   string // the kemuctl binary built from ./cmd/kemuctl
+	overlay   string // the kustomization applied (deploy/ + the tests' settings)
+	hostDisks string // the node directory kemu-config hostDiskDirs allows
+	setupTook time.Duration
 }
 
 var (
