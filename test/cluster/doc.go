@@ -30,30 +30,29 @@
 // signal (SIGKILL), so an aborted test binary does not leave etcd or
 // kube-apiserver behind; Stop kills the groups and removes the temp folder.
 //
-// # A node
+// # Nodes
 //
-// Options.Node adds a real single node on this machine (root only, Linux):
-// Debian's containerd with runc (through a wrapper that turns negative
-// oomScoreAdj into 0, for hosts without CAP_SYS_RESOURCE) and a CNI bridge,
-// kube-controller-manager, kube-scheduler and a kubelet (cgroupfs driver,
-// cgroup v1 allowed, anonymous access with AlwaysAllow). Everything
-// configurable lives in the temp folder: containerd's root, state and socket,
-// runc's state, the CNI config and IPAM state, the kubelet's --root-dir
-// (Cluster.KubeletRootDir: pod volumes are at
-// <KubeletRootDir>/pods/<uid>/volumes/...) and pod logs. The kubelet's
-// device-plugin folder is fixed by the kubelet at
-// /var/lib/kubelet/device-plugins (Cluster.DevicePluginDir). The images
-// PauseImage (the sandbox) and BusyboxImage are built offline by hack/images
-// and imported before Start returns; pods use imagePullPolicy Never or
-// IfNotPresent.
+// Options.Nodes adds N real nodes on this machine (root only, Linux), each in
+// its own network, mount and UTS namespaces (docs/development.md, "The test
+// cluster's nodes"): Debian's containerd with runc (through a wrapper that
+// turns negative oomScoreAdj into 0, for hosts without CAP_SYS_RESOURCE), a
+// CNI bridge and a kubelet (cgroupfs driver, its own cgroup root, cgroup v1
+// allowed, anonymous access with AlwaysAllow), and kube-controller-manager
+// and kube-scheduler for all. Inside every node the paths are a real node's
+// (/var/lib/kubelet, /var/lib/kemu, /var/log/pods); Node.HostPath and
+// Node.ProcPath say where the host sees them. The images PauseImage (the
+// sandbox) and BusyboxImage are built offline by hack/images and imported
+// before Start returns; pods use imagePullPolicy Never or IfNotPresent.
+// Node.Stop fails a node (everything on it dies at once) and Node.Start
+// brings it back.
 //
-// One node runs per machine: Start takes an exclusive flock on
+// One cluster with nodes runs per machine: Start takes an exclusive flock on
 // DefaultNodeLock (waiting up to Options.NodeLockTimeout, so test packages
 // that run in parallel take turns) and holds it until Stop. The lock file
-// records what the machine looked like before; Stop kills the pods'
-// processes, the kubelet, containerd and its shims, unmounts everything
-// below the temp folder, removes the pods' network namespaces, the kubepods
-// cgroups, the CNI bridge and what the node wrote outside the folder, and
-// restores the sysctls the kubelet changes. If a test process dies without
-// Stop, the next node start does that cleanup from the record.
+// records what the nodes will create on the host (bridge, veths, cgroup
+// roots) and the sysctls before; Stop kills the nodes' processes, which
+// takes their namespaces with every mount and network device in them,
+// removes what the record names and restores the sysctls. If a test process
+// dies without Stop, the next start does that cleanup from the record.
+// Leftovers checks that nothing is left.
 package cluster
