@@ -129,10 +129,17 @@ func podImageError(pod *corev1.Pod) (reason, msg string, ok bool) {
 }
 
 // podFailure explains a failed Pod: the Pod's own reason (Evicted, ...),
+// else why Kubernetes disrupted it (its DisruptionTarget condition:
+// DeletionByTaintManager, DeletionByPodGC, ... — a Pod of a failed node),
 // else the first container that ended badly (OOMKilled, Error, ...).
 func podFailure(pod *corev1.Pod) (reason, msg string) {
 	if pod.Status.Reason != "" {
 		return pod.Status.Reason, fmt.Sprintf("launcher Pod %s failed: %s", pod.Name, pod.Status.Message)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason != "" {
+			return c.Reason, fmt.Sprintf("launcher Pod %s failed: %s", pod.Name, c.Message)
+		}
 	}
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, cs := range list {

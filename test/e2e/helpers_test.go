@@ -282,11 +282,12 @@ func (ev *env) waitPodsGone(ctx context.Context, t testing.TB, selector string) 
 
 // phaseEvent is one VMI change a phaseWatch saw.
 type phaseEvent struct {
-	at    time.Time
-	typ   watch.EventType
-	name  string
-	uid   string
-	phase v1.VirtualMachineInstancePhase
+	at     time.Time
+	typ    watch.EventType
+	name   string
+	uid    string
+	phase  v1.VirtualMachineInstancePhase
+	reason string // status.reason
 }
 
 // phaseWatch records every change of the namespace's VMIs from now on.
@@ -317,7 +318,7 @@ func (ev *env) watchPhases(ctx context.Context, t testing.TB, selector string) *
 				continue
 			}
 			pw.mu.Lock()
-			pw.events = append(pw.events, phaseEvent{time.Now(), ev.Type, vmi.Name, string(vmi.UID), vmi.Status.Phase})
+			pw.events = append(pw.events, phaseEvent{time.Now(), ev.Type, vmi.Name, string(vmi.UID), vmi.Status.Phase, vmi.Status.Reason})
 			pw.mu.Unlock()
 			select {
 			case pw.notify <- struct{}{}:

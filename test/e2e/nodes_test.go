@@ -210,11 +210,12 @@ func TestNodeFailure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the VMI on the failed node did not fail: %v; phases: %s", err, pw.summary())
 	}
-	t.Logf("VMI %s (uid %s) Failed %s after the node stopped", name, vmi.UID, failed.at.Sub(t0).Round(time.Millisecond))
-	if old, err := ev.kemu.KemuV1alpha1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{}); err == nil && old.UID == vmi.UID {
-		if old.Status.Reason != "NodeUnresponsive" {
-			t.Errorf("failed VMI reason %q, want NodeUnresponsive", old.Status.Reason)
-		}
+	t.Logf("VMI %s (uid %s) Failed (%s) %s after the node stopped", name, vmi.UID, failed.reason, failed.at.Sub(t0).Round(time.Millisecond))
+	// Whoever sees it first: kemu's node controller (no launcher Pod left on
+	// a stale node) or the VMI controller (the Pod failed, disrupted by
+	// Kubernetes' taint eviction or Pod garbage collection).
+	if r := failed.reason; r != "NodeUnresponsive" && !strings.HasPrefix(r, "DeletionBy") {
+		t.Errorf("failed VMI reason %q, want NodeUnresponsive or Kubernetes' DeletionBy* disruption", r)
 	}
 	up, err := pw.waitFor(rctx, func(e phaseEvent) bool {
 		return e.name == name && e.uid != string(vmi.UID) && e.phase == v1.Running && e.typ != watch.Deleted
