@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/test/cluster"
 	"github.com/kemu-dev/kemu/test/deploytest"
@@ -223,13 +224,21 @@ func setup(ctx context.Context) (*env, error) {
 			if n.Labels[v1.NodeSchedulableLabel] != "true" {
 				return fmt.Errorf("node %s not labelled %s=true: %v", cn.Name, v1.NodeSchedulableLabel, n.Labels)
 			}
+			if n.Annotations[v1.NodeHeartbeatAnnotation] == "" {
+				return fmt.Errorf("node %s has no heartbeat (%s)", cn.Name, v1.NodeHeartbeatAnnotation)
+			}
+			// Each node's own agent registered its device plugins with
+			// that node's kubelet.
+			if q, ok := n.Status.Allocatable[launcherpod.ResourceTun]; !ok || q.Value() < 1 {
+				return fmt.Errorf("node %s: no %s allocatable: %v", cn.Name, launcherpod.ResourceTun, n.Status.Allocatable)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return ev, err
 	}
-	logf("node agent DaemonSet ready, %d nodes labelled %s=true, %s after apply", len(c.Nodes), v1.NodeSchedulableLabel, time.Since(t0).Round(time.Millisecond))
+	logf("node agent DaemonSet ready, %d nodes labelled %s=true with a heartbeat and %s allocatable, %s after apply", len(c.Nodes), v1.NodeSchedulableLabel, launcherpod.ResourceTun, time.Since(t0).Round(time.Millisecond))
 	return ev, nil
 }
 
