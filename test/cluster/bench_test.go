@@ -29,8 +29,8 @@ var controlPlane = []string{"etcd", "kube-apiserver", "kube-controller-manager",
 // BenchmarkNodes measures what a cluster with nodes costs: a control plane
 // with 1 node and with 2 nodes (each in its own namespaces with its own
 // containerd and kubelet) started from warm binaries (the Kubernetes
-// binaries built, the Go build cache of hack/images warm: the benchmark
-// warms it first), its idle memory and its stop:
+// binaries built, hack/images's Go build warm: the benchmark runs it once
+// first), its idle memory and its stop:
 //
 //   - s-startup: Cluster.StartupDuration, the control plane and every Node
 //     Ready (the node-lock wait not counted); s-nodes: its part from building
@@ -206,16 +206,17 @@ func isNodeProcess(c *cluster.Cluster, name string) bool {
 	return false
 }
 
-// warmImages builds hack/images once, so that the clusters' node image
-// build (go run ./hack/images) starts from a warm Go build cache.
+// warmImages runs hack/images once as Start does (go run ./hack/images),
+// so that every cluster's node image build starts from a warm Go build
+// cache, go run's cached executable included.
 func warmImages(b *testing.B) {
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command("go", "build", "-o", "/dev/null", "./hack/images")
+	cmd := exec.Command("go", "run", "./hack/images", "-out", b.TempDir())
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build ./hack/images: %v\n%s", err, out)
+		b.Fatalf("go run ./hack/images: %v\n%s", err, out)
 	}
 }
