@@ -56,6 +56,8 @@ section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, V
 	go test -tags cluster -run '^$' -bench BenchmarkBurst200 -benchtime 1x -timeout 20m ./controller/vmi/
 section images "Images: make images (kemu-launcher, kemu-controller, kemu-nodeagent as OCI archives, warm Go build cache); compressed and unpacked sizes" \
 	go test -tags qemu -run '^$' -bench Images -benchtime 1x -timeout 20m ./hack/images/
+section cluster "Test cluster: control plane + N nodes (each in its own namespaces) from warm binaries: start, idle RSS, stop; 1 node vs 2 nodes" \
+	go test -tags cluster -run '^$' -bench BenchmarkNodes -benchtime 3x -timeout 20m ./test/cluster/
 # e2e: needs the images current (skipped when up to date) and the test guest's images.
 bash hack/images/build.sh >/dev/null
 section e2e "End to end: VMI create -> Running on a real node (kubelet, containerd, kemu deployed with kubectl apply -k; TCG), 1 VMI alone and a burst of 10" \
