@@ -166,16 +166,7 @@ func TestNodeFailure(t *testing.T) {
 	// kemu: a stale heartbeat makes the node unschedulable.
 	wctx, wcancel := context.WithTimeout(ctx, heartbeatTimeout+2*time.Minute)
 	defer wcancel()
-	if err := poll(wctx, time.Second, func() error {
-		n, err := ev.kube.CoreV1().Nodes().Get(ctx, b.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if got := n.Labels[v1.NodeSchedulableLabel]; got != "false" {
-			return fmt.Errorf("node %s %s=%q", b.Name, v1.NodeSchedulableLabel, got)
-		}
-		return nil
-	}); err != nil {
+	if err := ev.waitSchedulable(wctx, b.Name, "false"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("node %s labelled %s=false %s after it stopped (heartbeat timeout %s)", b.Name, v1.NodeSchedulableLabel, time.Since(t0).Round(time.Millisecond), heartbeatTimeout)
@@ -241,19 +232,24 @@ func TestNodeFailure(t *testing.T) {
 	}
 	bctx, bcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer bcancel()
-	if err := poll(bctx, time.Second, func() error {
-		n, err := ev.kube.CoreV1().Nodes().Get(ctx, b.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if got := n.Labels[v1.NodeSchedulableLabel]; got != "true" {
-			return fmt.Errorf("node %s %s=%q", b.Name, v1.NodeSchedulableLabel, got)
-		}
-		return nil
-	}); err != nil {
+	if err := ev.waitSchedulable(bctx, b.Name, "true"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("node %s back and schedulable %s after its start", b.Name, time.Since(t1).Round(time.Millisecond))
 	ev.kubectl(t, "-n", ns, "delete", "vm", name, "--timeout=3m")
 	ev.waitPodsGone(ctx, t, "kemu.dev/vmi-name="+name)
+}
+
+// waitSchedulable waits until the node's kemu.dev/schedulable label is want.
+func (ev *env) waitSchedulable(ctx context.Context, node, want string) error {
+	return poll(ctx, time.Second, func() error {
+		n, err := ev.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := n.Labels[v1.NodeSchedulableLabel]; got != want {
+			return fmt.Errorf("node %s %s=%q, want %q", node, v1.NodeSchedulableLabel, got, want)
+		}
+		return nil
+	})
 }
