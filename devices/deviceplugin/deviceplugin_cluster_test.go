@@ -116,7 +116,7 @@ func TestRealKubelet(t *testing.T) {
 	}
 	t.Logf("kubelet restarted (Ready) in %s", time.Since(t0).Round(time.Millisecond))
 	// The log is appended to; each start writes a "+ <command>" line.
-	klog := filepath.Join(c.Dir, "kubelet.log")
+	klog := c.Nodes[0].LogPath("kubelet")
 	if err := cluster.Poll(ctx, func() error {
 		b, err := os.ReadFile(klog)
 		if err != nil {

@@ -422,8 +422,12 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 // Logs returns the last n lines of one of the node's process logs
 // ("kubelet", "containerd", "netns").
 func (n *Node) Logs(name string, lines int) string {
-	return tailFile(filepath.Join(n.Dir, name+".log"), lines)
+	return tailFile(n.LogPath(name), lines)
 }
+
+// LogPath is the file one of the node's processes logs to (appended to by
+// a restart, after a "+ <command line>" line).
+func (n *Node) LogPath(name string) string { return filepath.Join(n.Dir, name+".log") }
 
 // startNodes brings up every node (the caller holds the node lock and has
 // set up the bridge): the images are built once, the nodes start one after
