@@ -21,7 +21,7 @@ func BenchmarkProxyThroughput(b *testing.B) {
 	a, t := newTestNode(b, ca, "node-a"), newTestNode(b, ca, "node-b")
 	srv := startServer(b, t)
 	sink := startUnixTarget(b, b.TempDir(), "sink.sock", sinkHandler)
-	if err := srv.Register(testUID, map[string]string{ChannelMain: sink.path}); err != nil {
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: sink.path}); err != nil {
 		b.Fatal(err)
 	}
 	src, err := ListenSource(context.Background(), b.TempDir(), testUID, []string{ChannelMain}, targetOf(srv, t), a.store)

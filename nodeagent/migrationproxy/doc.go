@@ -17,13 +17,14 @@
 //
 // channel is one of ChannelMain, ChannelDisk, ChannelControl. The server
 // reads the header with a deadline (HeaderTimeout) and never more than
-// MaxHeaderLen bytes. A connection whose certificate, header, migration
-// UID or channel is not accepted is closed before the server dials
-// anything: not one byte reaches the launcher's socket. Otherwise the
-// server dials the unix socket Registered for that UID and channel and
-// splices the two both ways, half-closes included (QEMU's EOF), until
-// both directions ended, Unregister ends the migration, or the server
-// is closed.
+// MaxHeaderLen bytes. A migration is Registered with its source node,
+// and only that node's certificate may open its channels. A connection
+// whose certificate, header, migration UID, channel or peer node is not
+// accepted is closed before the server dials anything: not one byte
+// reaches the launcher's socket. Otherwise the server dials the unix
+// socket Registered for that UID and channel and splices the two both
+// ways, half-closes included (QEMU's EOF), until both directions ended,
+// Unregister ends the migration, or the server is closed.
 //
 // On the source node, ListenSource creates one unix socket per channel
 // (SocketName, mode 0600) in the source launcher's socket directory and

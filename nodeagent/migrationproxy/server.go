@@ -37,7 +37,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
-	routes map[string]map[string]string // UID → channel → unix socket
+	routes map[string]route // by migration UID
 
 	conns tracker
 }
@@ -55,7 +55,7 @@ func Listen(ctx context.Context, addr string, store *Store) (*Server, error) {
 // Serve runs the proxy on ln, which it owns from now on.
 func Serve(ctx context.Context, ln net.Listener, store *Store) *Server {
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Server{store: store, ln: ln, ctx: sctx, cancel: cancel, routes: map[string]map[string]string{}}
+	s := &Server{store: store, ln: ln, ctx: sctx, cancel: cancel, routes: map[string]route{}}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -82,12 +82,23 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// route is a registered migration.
+type route struct {
+	// sourceNode is the only peer (its certificate's CN) accepted.
+	sourceNode string
+	sockets    map[string]string // channel → unix socket
+}
+
 // Register routes migration uid's channels to local unix sockets
-// (absolute paths, channel → path). It replaces an earlier registration
+// (absolute paths, channel → path), for connections from sourceNode only
+// (the CN of the peer's certificate). It replaces an earlier registration
 // of uid; connections already spliced keep going.
-func (s *Server) Register(uid string, sockets map[string]string) error {
+func (s *Server) Register(uid, sourceNode string, sockets map[string]string) error {
 	if err := ValidateUID(uid); err != nil {
 		return fmt.Errorf("register migration: %w", err)
+	}
+	if sourceNode == "" {
+		return fmt.Errorf("register migration %s: no source node", uid)
 	}
 	routes := make(map[string]string, len(sockets))
 	for ch, path := range sockets {
@@ -100,9 +111,9 @@ func (s *Server) Register(uid string, sockets map[string]string) error {
 		routes[ch] = path
 	}
 	s.mu.Lock()
-	s.routes[uid] = routes
+	s.routes[uid] = route{sourceNode: sourceNode, sockets: routes}
 	s.mu.Unlock()
-	klog.InfoS("Migration registered with the proxy", "migrationUID", uid, "channels", len(routes))
+	klog.InfoS("Migration registered with the proxy", "migrationUID", uid, "sourceNode", sourceNode, "channels", len(routes))
 	return nil
 }
 
@@ -115,14 +126,16 @@ func (s *Server) Unregister(uid string) {
 	klog.InfoS("Migration unregistered from the proxy", "migrationUID", uid)
 }
 
-func (s *Server) route(h Header) (string, Status) {
+// route finds the socket of h for a peer named peer. A peer other than
+// the migration's source is told the migration is unknown.
+func (s *Server) route(h Header, peer string) (string, Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	routes, ok := s.routes[h.UID]
-	if !ok {
+	r, ok := s.routes[h.UID]
+	if !ok || r.sourceNode != peer {
 		return "", StatusUnknownMigration
 	}
-	path, ok := routes[h.Channel]
+	path, ok := r.sockets[h.Channel]
 	if !ok {
 		return "", StatusUnknownChannel
 	}
@@ -187,7 +200,7 @@ func (s *Server) handle(sess *session, c net.Conn) {
 		return
 	}
 	s.conns.setUID(sess, h.UID)
-	path, status := s.route(h)
+	path, status := s.route(h, peer)
 	if status != StatusOK {
 		klog.InfoS("Migration proxy refused a connection", "remote", remote, "peer", peer, "migrationUID", h.UID, "channel", h.Channel, "reason", status.String())
 		writeStatus(tc, status)

@@ -30,7 +30,7 @@ func TestTwoNodesAllChannelsBothWays(t *testing.T) {
 			u := startUnixTarget(t, targetDir, ch+".sock", digestHandler(nodes[to].name+"/"+ch))
 			sockets[ch] = u.path
 		}
-		if err := servers[to].Register(uid, sockets); err != nil {
+		if err := servers[to].Register(uid, nodes[from].name, sockets); err != nil {
 			t.Fatal(err)
 		}
 		src, err := ListenSource(context.Background(), t.TempDir(), uid, Channels, targetOf(servers[to], nodes[to]), nodes[from].store)
@@ -51,11 +51,13 @@ func TestTwoNodesAllChannelsBothWays(t *testing.T) {
 }
 
 // A connection is refused, closed before a byte reaches the unix socket,
-// unless the client has a certificate of the migration CA, speaks TLS 1.3
-// and sends a valid header naming a registered migration and channel.
+// unless the client has a certificate of the migration CA for the
+// migration's source node, speaks TLS 1.3 and sends a valid header naming
+// a registered migration and channel.
 func TestRefused(t *testing.T) {
 	ca := newTestCA(t)
 	a, b := newTestNode(t, ca, "node-a"), newTestNode(t, ca, "node-b")
+	c := newTestNode(t, ca, "node-c")
 	foreign := newTestNode(t, newTestCA(t), "node-a")
 	goodHeader := func(uid, ch string) []byte {
 		h, err := Header{UID: uid, Channel: ch}.MarshalBinary()
@@ -100,6 +102,7 @@ func TestRefused(t *testing.T) {
 	}{
 		{"certificate of another CA", foreignCert(), goodHeader(testUID, ChannelMain)},
 		{"no client certificate", noCert(), goodHeader(testUID, ChannelMain)},
+		{"another node than the source", clientCfg(c), goodHeader(testUID, ChannelMain)},
 		{"TLS 1.2", tls12(), goodHeader(testUID, ChannelMain)},
 		{"unknown UID", clientCfg(a), goodHeader("0000-unknown", ChannelMain)},
 		{"channel not registered", clientCfg(a), goodHeader(testUID, ChannelControl)},
@@ -119,7 +122,7 @@ func TestRefused(t *testing.T) {
 			dir := t.TempDir()
 			main := startUnixTarget(t, dir, "main.sock", echoHandler)
 			disk := startUnixTarget(t, dir, "disk.sock", echoHandler)
-			if err := srv.Register(testUID, map[string]string{ChannelMain: main.path, ChannelDisk: disk.path}); err != nil {
+			if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: main.path, ChannelDisk: disk.path}); err != nil {
 				t.Fatal(err)
 			}
 			c, err := net.Dial("tcp", srv.Addr().String())
@@ -153,7 +156,7 @@ func TestDialVerifiesServerName(t *testing.T) {
 	a, b := newTestNode(t, ca, "node-a"), newTestNode(t, ca, "node-b")
 	srv := startServer(t, b)
 	u := startUnixTarget(t, t.TempDir(), "main.sock", echoHandler)
-	if err := srv.Register(testUID, map[string]string{ChannelMain: u.path}); err != nil {
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: u.path}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Dial(context.Background(), a.store, Target{Addr: srv.Addr().String(), Node: "node-c"}, testUID, ChannelMain)
@@ -169,7 +172,7 @@ func TestDialReportsRefusal(t *testing.T) {
 	a, b := newTestNode(t, ca, "node-a"), newTestNode(t, ca, "node-b")
 	srv := startServer(t, b)
 	dir := t.TempDir()
-	if err := srv.Register(testUID, map[string]string{ChannelMain: dir + "/absent.sock"}); err != nil {
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: dir + "/absent.sock"}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -193,14 +196,16 @@ func TestRegisterValidates(t *testing.T) {
 	tests := []struct {
 		name    string
 		uid     string
+		peer    string
 		sockets map[string]string
 	}{
-		{"bad UID", "ABC", map[string]string{ChannelMain: "/run/x.sock"}},
-		{"unknown channel", testUID, map[string]string{"debug": "/run/x.sock"}},
-		{"relative path", testUID, map[string]string{ChannelMain: "x.sock"}},
+		{"bad UID", "ABC", "node-a", map[string]string{ChannelMain: "/run/x.sock"}},
+		{"no source node", testUID, "", map[string]string{ChannelMain: "/run/x.sock"}},
+		{"unknown channel", testUID, "node-a", map[string]string{"debug": "/run/x.sock"}},
+		{"relative path", testUID, "node-a", map[string]string{ChannelMain: "x.sock"}},
 	}
 	for _, tt := range tests {
-		if err := srv.Register(tt.uid, tt.sockets); err == nil {
+		if err := srv.Register(tt.uid, tt.peer, tt.sockets); err == nil {
 			t.Errorf("%s: Register succeeded", tt.name)
 		}
 	}
@@ -215,7 +220,7 @@ func TestUnregisterEndsSplices(t *testing.T) {
 	var conns []*tls.Conn
 	for _, uid := range []string{testUID, other} {
 		u := startUnixTarget(t, t.TempDir(), "main.sock", echoHandler)
-		if err := srv.Register(uid, map[string]string{ChannelMain: u.path}); err != nil {
+		if err := srv.Register(uid, "node-a", map[string]string{ChannelMain: u.path}); err != nil {
 			t.Fatal(err)
 		}
 		c, err := Dial(context.Background(), a.store, targetOf(srv, b), uid, ChannelMain)
@@ -258,7 +263,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := startUnixTarget(t, t.TempDir(), "main.sock", echoHandler)
-	if err := srv.Register(testUID, map[string]string{ChannelMain: u.path}); err != nil {
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: u.path}); err != nil {
 		t.Fatal(err)
 	}
 	srcDir := t.TempDir()
@@ -307,7 +312,7 @@ func TestContextStopsServer(t *testing.T) {
 	}
 	defer srv.Close()
 	u := startUnixTarget(t, t.TempDir(), "main.sock", echoHandler)
-	if err := srv.Register(testUID, map[string]string{ChannelMain: u.path}); err != nil {
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: u.path}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := Dial(context.Background(), a.store, targetOf(srv, b), testUID, ChannelMain)

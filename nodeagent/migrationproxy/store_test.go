@@ -13,7 +13,7 @@ func TestStoreReload(t *testing.T) {
 	a, b := newTestNode(t, ca1, "node-a"), newTestNode(t, ca1, "node-b")
 	srv := startServer(t, b)
 	u := startUnixTarget(t, t.TempDir(), "main.sock", echoHandler)
-	if err := srv.Register(testUID, map[string]string{ChannelMain: u.path}); err != nil {
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelMain: u.path}); err != nil {
 		t.Fatal(err)
 	}
 	dial := func(n testNode) error {
