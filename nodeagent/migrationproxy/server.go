@@ -119,6 +119,9 @@ func (s *Server) Register(uid, sourceNode string, sockets map[string]string) err
 
 // Unregister forgets uid and ends its active splices.
 func (s *Server) Unregister(uid string) {
+	if ValidateUID(uid) != nil {
+		return // never registered; "" would name the connections still in their handshake
+	}
 	s.mu.Lock()
 	delete(s.routes, uid)
 	s.mu.Unlock()

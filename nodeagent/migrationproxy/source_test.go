@@ -1,11 +1,17 @@
 package migrationproxy
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestSourceSockets(t *testing.T) {
@@ -85,5 +91,49 @@ func TestSourceTargetRefuses(t *testing.T) {
 	assertClosed(t, c)
 	if _, err := os.Stat(src.Paths()[ChannelMain]); errors.Is(err, os.ErrNotExist) {
 		t.Fatal("a refused channel removed the socket")
+	}
+}
+
+// The target may half-close first: the source sees EOF while it still
+// sends, and everything it sends after arrives.
+func TestTargetHalfClosesFirst(t *testing.T) {
+	ca := newTestCA(t)
+	a, b := newTestNode(t, ca, "node-a"), newTestNode(t, ca, "node-b")
+	srv := startServer(t, b)
+	received := make(chan string, 1)
+	u := startUnixTarget(t, t.TempDir(), "control.sock", func(c *net.UnixConn) {
+		c.Write([]byte("ready"))
+		c.CloseWrite()
+		h := sha256.New()
+		io.Copy(h, c)
+		received <- hex.EncodeToString(h.Sum(nil))
+	})
+	if err := srv.Register(testUID, "node-a", map[string]string{ChannelControl: u.path}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := ListenSource(context.Background(), t.TempDir(), testUID, []string{ChannelControl}, targetOf(srv, b), a.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	c := dialUnix(t, src.Paths()[ChannelControl])
+	c.SetDeadline(time.Now().Add(time.Minute))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "ready" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	payload := bytes.Repeat([]byte("after the peer's EOF "), 100000)
+	if _, err := c.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseWrite()
+	sum := sha256.Sum256(payload)
+	select {
+	case d := <-received:
+		if d != hex.EncodeToString(sum[:]) {
+			t.Fatal("the target received other bytes")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the target never saw EOF")
 	}
 }

@@ -2,6 +2,7 @@ package migrationproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 	"time"
 )
@@ -57,5 +58,27 @@ func reload(t *testing.T, n testNode, ca *CA) {
 	}
 	if err := n.store.Reload(m); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Nothing the package builds skips verification or allows TLS below 1.3.
+func TestConfigsVerify(t *testing.T) {
+	n := newTestNode(t, newTestCA(t), "node-a")
+	srv := n.store.ServerConfig()
+	perConn, err := srv.GetConfigForClient(&tls.ClientHelloInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := n.store.ClientConfig("node-b")
+	for name, c := range map[string]*tls.Config{"server": srv, "server per connection": perConn, "client": cli} {
+		if c.InsecureSkipVerify || c.MinVersion != tls.VersionTLS13 {
+			t.Errorf("%s: InsecureSkipVerify %v, MinVersion %#x", name, c.InsecureSkipVerify, c.MinVersion)
+		}
+	}
+	if perConn.ClientAuth != tls.RequireAndVerifyClientCert || perConn.ClientCAs == nil {
+		t.Errorf("server: ClientAuth %v, ClientCAs set %v", perConn.ClientAuth, perConn.ClientCAs != nil)
+	}
+	if cli.ServerName != "node-b" || cli.RootCAs == nil {
+		t.Errorf("client: ServerName %q, RootCAs set %v", cli.ServerName, cli.RootCAs != nil)
 	}
 }
