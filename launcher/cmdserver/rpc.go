@@ -518,7 +518,7 @@ func (s *Server) Migrate(context.Context, *rpc.MigrateRequest) (*rpc.Empty, erro
 }
 
 // PrepareMigrationTarget is not implemented yet.
-func (s *Server) PrepareMigrationTarget(context.Context, *rpc.SyncRequest) (*rpc.Empty, error) {
+func (s *Server) PrepareMigrationTarget(context.Context, *rpc.SyncRequest) (*rpc.PrepareMigrationTargetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "PrepareMigrationTarget: "+migrationMsg)
 }
 
