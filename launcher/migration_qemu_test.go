@@ -4,7 +4,13 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +187,97 @@ func TestMigrationTargetKilled(t *testing.T) {
 	if jobs, err := src.l.Monitor().QueryBlockJobs(ctxFor(t, stepTimeout)); err != nil || len(jobs) > 0 {
 		t.Errorf("mirror jobs left: %+v %v", jobs, err)
 	}
+}
+
+// CancelMigration while RAM moves (bandwidth capped): the source keeps the
+// guest (Running, MigrationCanceled) in the same QEMU; the target's
+// incoming migration fails and it ends (Shutoff, MigrationFailed).
+func TestMigrationCancel(t *testing.T) {
+	src, _ := bootedSource(t, migrationVMI)
+	pid := src.l.Domain().PID
+	dst := startTarget(t, migrationVMI)
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	waitDomain(t, src.l, "RAM moving", migrationStatus(qmp.MigrationStatusActive))
+	if err := src.l.CancelMigration(ctxFor(t, stepTimeout)); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	d := src.l.Domain()
+	if d.State != StateRunning || d.Reason != ReasonMigrationCanceled || d.PID != pid || d.Migration.Status != qmp.MigrationStatusCancelled {
+		t.Fatalf("source after the cancel: %s (pid %d, was %d) %+v", d, d.PID, pid, d.Migration)
+	}
+	td := waitDomain(t, dst.l, "the target's end", InState(StateShutoff))
+	if td.Reason != ReasonMigrationFailed {
+		t.Errorf("target after the cancel: %s", td)
+	}
+	src.waitAfter(bootTimeout, len(src.w.Markers()), testguest.IsKind("tick"))
+	if err := src.l.CancelMigration(ctxFor(t, stepTimeout)); !errors.Is(err, ErrMigrationState) {
+		t.Errorf("a second cancel: %v, want ErrMigrationState", err)
+	}
+}
+
+// A migration stream that stops moving (a peer that no longer reads):
+// the progress timeout cancels it and the source keeps the guest.
+func TestMigrationProgressTimeout(t *testing.T) {
+	src, _ := bootedSource(t, migrationVMI)
+	pid := src.l.Domain().PID
+	dst := startTarget(t, migrationVMI)
+	stalled := stallingProxy(t, dst.at.MainSocket, 4<<20)
+	opts := MigrationOptions{ProgressTimeout: 3 * time.Second}
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), stalled, dst.at.DiskSocket, opts); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	d := waitDomain(t, src.l, "the source back", func(d Domain) bool { return d.State != StateMigrating })
+	if d.State != StateRunning || d.Reason != ReasonMigrationFailed || d.PID != pid || !strings.Contains(d.Message, "no progress") {
+		t.Fatalf("source after the stall: %s (pid %d, was %d) %+v", d, d.PID, pid, d.Migration)
+	}
+	src.waitAfter(bootTimeout, len(src.w.Markers()), testguest.IsKind("tick"))
+}
+
+// stallingProxy listens on a unix socket in a new directory and passes the
+// first n bytes of each connection on to target, then stops reading.
+func stallingProxy(t *testing.T, target string, n int64) string {
+	t.Helper()
+	dir := shortDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "stall.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(c, up) }()
+			go func() { _, _ = io.CopyN(up, c, n) }()
+		}
+	}()
+	return path
 }
