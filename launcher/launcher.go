@@ -123,6 +123,9 @@ type Launcher struct {
 	mu    sync.Mutex
 	agent *qmp.Agent // the guest agent connection, nil until dialled (agent.go)
 
+	migMu  sync.Mutex
+	source *sourceMigration // the last outgoing migration (migration_source.go)
+
 	// Phases records how long each start step took.
 	Phases []Phase
 }

@@ -43,6 +43,11 @@ const (
 	ReasonGuestPanicked = rpc.DomainReason_GuestPanicked
 	ReasonGuestReset    = rpc.DomainReason_GuestReset
 	ReasonUnknownPause  = rpc.DomainReason_Unknown
+	// ReasonMigrated: Running on the target after an incoming migration,
+	// Shutoff on the source after FinalizeMigration.
+	ReasonMigrated          = rpc.DomainReason_Migrated
+	ReasonMigrationFailed   = rpc.DomainReason_MigrationFailed
+	ReasonMigrationCanceled = rpc.DomainReason_MigrationCanceled
 )
 
 // RebootMethod is how the guest was asked to reboot itself (SoftReboot).
@@ -78,6 +83,8 @@ type Domain struct {
 	SELinuxContext string
 	// Interfaces are the guest's NICs wired on the pod network.
 	Interfaces []Interface
+	// Migration is the last migration's progress or outcome (nil: none).
+	Migration *Migration
 }
 
 // Interface is one guest NIC on the pod network, for VMI status.interfaces.
@@ -129,6 +136,10 @@ type event struct {
 	// its last output, added to the message of a crash
 	code   int
 	detail string
+	// evMigrationProgress: the figures (copied); evMigrationAborted: QEMU's
+	// run state after it (running), why (reason) and the message
+	migration *Migration
+	reason    Reason
 }
 
 type eventKind int
@@ -150,6 +161,13 @@ const (
 	evPauseAsked                         // a pause was asked (on) or an unpause
 	evHostRequested                      // the launcher asked QEMU to quit or killed it
 	evExited                             // QEMU exited
+	// Migration (migration_source.go, migration_target.go).
+	evMigrationStarted   // the source started migrating
+	evMigrationProgress  // new figures of the migration
+	evMigrationAborted   // the source's migration failed or was canceled; it keeps the guest
+	evMigrationCompleted // the source sent everything; it waits paused for FinalizeMigration
+	evMigrationFinal     // FinalizeMigration: the source ends because the target runs
+	evIncomingFailed     // the target's incoming migration failed
 )
 
 // memory is what the state machine keeps besides the Domain: why QEMU may
@@ -158,6 +176,9 @@ type memory struct {
 	guestShutdown bool // SHUTDOWN with guest=true seen
 	hostRequested bool // quit or kill sent by the launcher
 	pauseAsked    bool
+	inFailed      bool // the incoming migration failed (target)
+	migrating     bool // an outgoing migration owns the run state (source)
+	migrated      bool // the target runs: the source ends (FinalizeMigration)
 }
 
 // transition is the state machine: the next Domain (and memory) after ev.
@@ -180,13 +201,36 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 	case evIncoming:
 		d.State, d.Reason, d.Message = StatePaused, ReasonMigration, "waiting for an incoming migration"
 	case evResume:
-		switch d.State {
-		case StateStarting:
-			d.State, d.Reason = StateRunning, ReasonBooted
-		case StatePaused, StateMigrating:
-			d.State, d.Reason, d.Message = StateRunning, ReasonUnpaused, ""
+		switch {
+		case m.migrating: // the source's run state is the migration's (evMigrationAborted)
+		case waitingIncoming(d):
+			d.State, d.Reason, d.Message = StateRunning, ReasonMigrated, ""
+		default:
+			d = resumed(d)
 		}
+	case evMigrationStarted:
+		m.migrating = true
+		d.State, d.Reason, d.Message = StateMigrating, ReasonMigration, ""
+	case evMigrationProgress:
+		d.Migration = ev.migration
+	case evMigrationAborted:
+		m.migrating = false
+		d.Reason, d.Message = ev.reason, ev.message
+		d.State = StatePaused
+		if ev.running {
+			d.State = StateRunning
+		}
+	case evMigrationCompleted:
+		d.Message = "migrated: waiting for the target to run"
+	case evMigrationFinal:
+		m.migrated = true
+	case evIncomingFailed:
+		m.inFailed = true
+		d.Message = ev.message
 	case evStatus:
+		if m.migrating {
+			break // paused for the switchover, or after it: still Migrating
+		}
 		if d.State == StateShuttingDown || d.State == StateShutoff {
 			break
 		}
@@ -217,13 +261,37 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 		m.hostRequested = true
 	case evExited:
 		code := ev.code
+		incoming := waitingIncoming(d)
 		d.State, d.Reason, d.Message = StateShutoff, exitReason(m.guestShutdown, m.hostRequested, code), ev.message
+		switch {
+		case m.migrated:
+			d.Reason = ReasonMigrated
+		case m.inFailed || (incoming && !m.hostRequested):
+			// A failed incoming migration ends QEMU (7.2 exits by itself).
+			d.Reason = ReasonMigrationFailed
+		}
 		if d.Reason == ReasonCrashed && ev.detail != "" {
 			d.Message += ": " + ev.detail
 		}
 		d.ExitCode, d.PID, d.AgentConnected = &code, 0, false
 	}
 	return d, m
+}
+
+// waitingIncoming says whether d is a migration target's, still paused
+// for its incoming migration (only a target is Paused for Migration: a
+// source is Migrating).
+func waitingIncoming(d Domain) bool { return d.State == StatePaused && d.Reason == ReasonMigration }
+
+// resumed is the domain after QMP RESUME outside a migration.
+func resumed(d Domain) Domain {
+	switch d.State {
+	case StateStarting:
+		d.State, d.Reason = StateRunning, ReasonBooted
+	case StatePaused, StateMigrating:
+		d.State, d.Reason, d.Message = StateRunning, ReasonUnpaused, ""
+	}
+	return d
 }
 
 // maxHistory bounds the changes kept for watchers.
@@ -282,7 +350,7 @@ func sameDomain(a, b Domain) bool {
 		a.AgentConnected == b.AgentConnected && a.PID == b.PID &&
 		(a.ExitCode == nil) == (b.ExitCode == nil) &&
 		a.DeviceCgroup == b.DeviceCgroup && a.SELinuxContext == b.SELinuxContext &&
-		reflect.DeepEqual(a.Interfaces, b.Interfaces)
+		reflect.DeepEqual(a.Interfaces, b.Interfaces) && reflect.DeepEqual(a.Migration, b.Migration)
 }
 
 func (s *domainState) get() Domain {

@@ -155,6 +155,20 @@ func TestTransitions(t *testing.T) {
 		{"crash carries QEMU's last output", running, memory{}, []event{{kind: evExited, code: 1, message: "QEMU exited with status 1", detail: "qemu: oops"}},
 			StateShutoff, ReasonCrashed, "QEMU exited with status 1: qemu: oops", memory{}},
 		{"agent lost", running, memory{}, []event{{kind: evAgent}}, StateRunning, ReasonBooted, "", memory{}},
+		{"target resumed after its incoming migration", starting, memory{}, []event{{kind: evIncoming}, {kind: evResume}},
+			StateRunning, ReasonMigrated, "", memory{}},
+		{"target QEMU exits while waiting", starting, memory{}, []event{{kind: evIncoming}, {kind: evExited, code: 1, message: "QEMU exited with status 1"}},
+			StateShutoff, ReasonMigrationFailed, "QEMU exited with status 1", memory{}},
+		{"target failed, then killed", starting, memory{}, []event{{kind: evIncoming}, {kind: evIncomingFailed, message: "x"}, {kind: evHostRequested}, {kind: evExited, code: -1, message: "killed"}},
+			StateShutoff, ReasonMigrationFailed, "killed", memory{inFailed: true, hostRequested: true}},
+		{"source migrating ignores STOP and RESUME", running, memory{}, []event{{kind: evMigrationStarted}, {kind: evStatus, status: "finish-migrate"}, {kind: evResume}},
+			StateMigrating, ReasonMigration, "", memory{migrating: true}},
+		{"source canceled runs on", running, memory{}, []event{{kind: evMigrationStarted}, {kind: evMigrationAborted, running: true, reason: ReasonMigrationCanceled, message: "canceled"}},
+			StateRunning, ReasonMigrationCanceled, "canceled", memory{}},
+		{"source completed waits", running, memory{}, []event{{kind: evMigrationStarted}, {kind: evMigrationCompleted}},
+			StateMigrating, ReasonMigration, "migrated: waiting for the target to run", memory{migrating: true}},
+		{"source finalized", running, memory{}, []event{{kind: evMigrationStarted}, {kind: evMigrationFinal}, {kind: evHostRequested}, {kind: evExited, message: "QEMU exited with status 0"}},
+			StateShutoff, ReasonMigrated, "QEMU exited with status 0", memory{migrating: true, migrated: true, hostRequested: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d, m := tt.from, tt.mem

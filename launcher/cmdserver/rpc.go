@@ -89,21 +89,36 @@ func DecodeVMI(b []byte) (*v1.VirtualMachineInstance, error) {
 
 // Sync starts the VMI on the first call and reconciles later ones.
 func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncResponse, error) {
-	vmi, err := DecodeVMI(req.GetVmiJson())
+	l, action, err := s.define(ctx, req, (*launcher.Launcher).Start)
 	if err != nil {
 		return nil, err
 	}
+	return &rpc.SyncResponse{Domain: s.domain(l), Action: action}, nil
+}
+
+// define decodes and checks the VMI and, on the first call, starts it with
+// start (Start, or StartIncoming for a migration target); a later call
+// reconciles with the running VM.
+func (s *Server) define(ctx context.Context, req *rpc.SyncRequest, start func(*launcher.Launcher, context.Context) error) (*launcher.Launcher, string, error) {
+	vmi, err := DecodeVMI(req.GetVmiJson())
+	if err != nil {
+		return nil, "", err
+	}
 	if want := s.opts.VMIUID; want != "" && vmi.UID != want {
-		return nil, status.Errorf(codes.FailedPrecondition, "metadata.uid: this launcher was started for VMI uid %q (--%s), not VMI %s uid %q",
+		return nil, "", status.Errorf(codes.FailedPrecondition, "metadata.uid: this launcher was started for VMI uid %q (--%s), not VMI %s uid %q",
 			want, launcherpod.FlagVMIUID, klog.KObj(vmi), vmi.UID)
 	}
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	if l := s.Launcher(); l != nil {
-		return s.reconcile(l, vmi)
+		r, err := s.reconcile(l, vmi)
+		if err != nil {
+			return nil, "", err
+		}
+		return l, r.Action, nil
 	}
 	if s.isAbandoned() {
-		return nil, errAbandoned
+		return nil, "", errAbandoned
 	}
 	cfg := s.opts.Config
 	cfg.VMI = vmi
@@ -116,7 +131,7 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	}
 	l, err = launcher.New(cfg)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, "", status.Error(codes.InvalidArgument, err.Error())
 	}
 	klog.InfoS("Starting the VM", "vmi", klog.KObj(vmi), "uid", vmi.UID)
 	// Not the RPC's context: a client that goes away must not abort a start
@@ -128,16 +143,16 @@ func (s *Server) Sync(ctx context.Context, req *rpc.SyncRequest) (*rpc.SyncRespo
 	s.cancelStart = cancel
 	s.mu.Unlock()
 	if abandoned {
-		return nil, errAbandoned
+		return nil, "", errAbandoned
 	}
-	startErr := l.Start(sctx)
+	startErr := start(l, sctx)
 	s.mu.Lock()
 	s.setLauncherLocked(l)
 	s.mu.Unlock()
 	if startErr != nil {
-		return nil, status.Errorf(codes.Aborted, "starting the VM failed: %v", startErr)
+		return nil, "", status.Errorf(codes.Aborted, "starting the VM failed: %v", startErr)
 	}
-	return &rpc.SyncResponse{Domain: s.domain(l), Action: ActionStarted}, nil
+	return l, ActionStarted, nil
 }
 
 // reconcile compares a Sync with the running VM. Only
@@ -251,6 +266,9 @@ func toStatus(what string, l *launcher.Launcher, err error) error {
 	if l != nil && l.Domain().State == launcher.StateShutoff {
 		return status.Errorf(codes.Unavailable, "%s: QEMU is gone: %v", what, err)
 	}
+	if errors.Is(err, launcher.ErrMigrationState) || errors.Is(err, launcher.ErrPostCopy) {
+		return status.Errorf(codes.FailedPrecondition, "%s: %v", what, err)
+	}
 	var qe *qmp.Error
 	if errors.As(err, &qe) {
 		return status.Errorf(codes.FailedPrecondition, "%s: QEMU refused: %v", what, err)
@@ -356,6 +374,14 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 	}
 	if d.ExitCode != nil {
 		out.Exited, out.ExitCode = true, int32(*d.ExitCode)
+	}
+	if m := d.Migration; m != nil {
+		out.Migration = &rpc.MigrationState{Role: m.Role, Status: m.Status, Mode: m.Mode,
+			BytesTotal: m.BytesTotal, BytesTransferred: m.BytesTransferred, BytesRemaining: m.BytesRemaining,
+			DirtyPagesRate: m.DirtyPagesRate, Passes: m.Passes, DowntimeMs: m.Downtime.Milliseconds(),
+			TotalMs: m.Total.Milliseconds(), SetupMs: m.Setup.Milliseconds(),
+			DiskBytesTotal: m.DiskBytesTotal, DiskBytesCopied: m.DiskBytesCopied,
+			Message: m.Message, StartedUnixNano: unixNano(m.Started)}
 	}
 	return out
 }
@@ -510,24 +536,64 @@ func (s *Server) Qmp(ctx context.Context, req *rpc.QmpRequest) (*rpc.QmpResponse
 	return &rpc.QmpResponse{ReplyJson: string(reply)}, nil
 }
 
-const migrationMsg = "live migration is not implemented yet in kemu"
-
-// Migrate is not implemented yet.
-func (s *Server) Migrate(context.Context, *rpc.MigrateRequest) (*rpc.Empty, error) {
-	return nil, status.Error(codes.Unimplemented, "Migrate: "+migrationMsg)
+// Migrate starts migrating the guest to the target's sockets; progress
+// and outcome are streamed by WatchDomain (Domain.migration).
+func (s *Server) Migrate(ctx context.Context, req *rpc.MigrateRequest) (*rpc.Empty, error) {
+	l, err := s.need("migrate", launcher.StateRunning, launcher.StatePaused)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetMainSocket() == "" {
+		return nil, status.Error(codes.InvalidArgument, "migrate: main_socket: empty")
+	}
+	o := req.GetOptions()
+	opts := launcher.MigrationOptions{
+		Bandwidth:               o.GetBandwidthBytesPerSecond(),
+		DowntimeLimit:           time.Duration(o.GetDowntimeLimitMs()) * time.Millisecond,
+		CompletionTimeoutPerGiB: time.Duration(o.GetCompletionTimeoutPerGibSeconds()) * time.Second,
+		ProgressTimeout:         time.Duration(o.GetProgressTimeoutSeconds()) * time.Second,
+		AllowAutoConverge:       o.GetAllowAutoConverge(),
+		AllowPostCopy:           o.GetAllowPostCopy(),
+	}
+	if opts.Bandwidth < 0 || opts.DowntimeLimit < 0 || opts.CompletionTimeoutPerGiB < 0 || opts.ProgressTimeout < 0 {
+		return nil, status.Error(codes.InvalidArgument, "migrate: options: negative values")
+	}
+	return &rpc.Empty{}, toStatus("migrate", l, l.Migrate(ctx, req.GetMainSocket(), req.GetDiskSocket(), opts))
 }
 
-// PrepareMigrationTarget is not implemented yet.
-func (s *Server) PrepareMigrationTarget(context.Context, *rpc.SyncRequest) (*rpc.Empty, error) {
-	return nil, status.Error(codes.Unimplemented, "PrepareMigrationTarget: "+migrationMsg)
+// PrepareMigrationTarget starts the VMI as a migration target (paused,
+// waiting for the migration) and answers the sockets it listens on.
+func (s *Server) PrepareMigrationTarget(ctx context.Context, req *rpc.SyncRequest) (*rpc.PrepareMigrationTargetResponse, error) {
+	var at launcher.MigrationTarget
+	l, action, err := s.define(ctx, req, func(l *launcher.Launcher, ctx context.Context) error {
+		var err error
+		at, err = l.StartMigrationTarget(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if action != ActionStarted {
+		return nil, status.Errorf(codes.FailedPrecondition, "prepare migration target: this launcher already runs the VM: %s", l.Domain())
+	}
+	return &rpc.PrepareMigrationTargetResponse{MainSocket: at.MainSocket, DiskSocket: at.DiskSocket, Domain: s.domain(l)}, nil
 }
 
-// CancelMigration is not implemented yet.
-func (s *Server) CancelMigration(context.Context, *rpc.Empty) (*rpc.Empty, error) {
-	return nil, status.Error(codes.Unimplemented, "CancelMigration: "+migrationMsg)
+// CancelMigration cancels the outgoing migration; the source keeps the guest.
+func (s *Server) CancelMigration(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error) {
+	l, err := s.need("cancel migration", launcher.StateMigrating)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.Empty{}, toStatus("cancel migration", l, l.CancelMigration(ctx))
 }
 
-// FinalizeMigration is not implemented yet.
-func (s *Server) FinalizeMigration(context.Context, *rpc.Empty) (*rpc.Empty, error) {
-	return nil, status.Error(codes.Unimplemented, "FinalizeMigration: "+migrationMsg)
+// FinalizeMigration ends the source once the target runs the guest.
+func (s *Server) FinalizeMigration(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error) {
+	l, err := s.need("finalize migration", launcher.StateMigrating)
+	if err != nil {
+		return nil, err
+	}
+	_, err = l.FinalizeMigration(ctx)
+	return &rpc.Empty{}, toStatus("finalize migration", l, err)
 }

@@ -66,8 +66,16 @@
 //     is also removed before the guest runs.
 //   - Console: the serial console; output is what the guest writes from the
 //     attach on, input is written to the guest.
-//   - Migrate, PrepareMigrationTarget, CancelMigration, FinalizeMigration:
-//     Unimplemented (live migration is not implemented yet).
+//   - PrepareMigrationTarget: like a first Sync, but QEMU waits for an
+//     incoming migration (launcher.StartMigrationTarget); answers the unix
+//     sockets it listens on. FailedPrecondition if the VM already runs.
+//   - Migrate (Running or Paused): starts the outgoing migration to the
+//     given sockets and returns; progress in Domain.migration.
+//     CancelMigration and FinalizeMigration (Migrating): cancel before the
+//     switchover (the source keeps the guest; after a completed migration
+//     whose target failed: resume the source), end the source once the
+//     target runs. A wrong migration state (or post-copy for a cancel) is
+//     FailedPrecondition.
 //
 // Errors: InvalidArgument (bad VMI, malformed JSON), PermissionDenied (a
 // raw QMP command that is not read-only), FailedPrecondition

@@ -188,10 +188,13 @@ func TestBadInput(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "spec.domain.bogus", "spec.domain.devices.disks[0]")
 	alive()
 
-	for _, m := range []string{"Migrate", "PrepareMigrationTarget", "CancelMigration", "FinalizeMigration"} {
+	// The migration RPCs need a VM (and PrepareMigrationTarget a VMI).
+	for _, m := range []string{"Migrate", "CancelMigration", "FinalizeMigration"} {
 		err := conn.Invoke(ctx, "/kemu.launcher.v1.Launcher/"+m, &rpc.Empty{}, &rpc.Empty{})
-		wantCode(t, err, codes.Unimplemented, "live migration is not implemented yet")
+		wantCode(t, err, codes.FailedPrecondition, "no VM yet")
 	}
+	_, err = c.PrepareMigrationTarget(ctx, &rpc.SyncRequest{})
+	wantCode(t, err, codes.InvalidArgument, "empty")
 	err = conn.Invoke(ctx, "/kemu.launcher.v1.Launcher/NoSuchMethod", &rpc.Empty{}, &rpc.Empty{})
 	wantCode(t, err, codes.Unimplemented)
 	err = conn.Invoke(ctx, "/no.such.Service/Ping", &rpc.Empty{}, &rpc.Empty{})

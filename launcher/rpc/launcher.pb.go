@@ -117,6 +117,13 @@ const (
 	DomainReason_GuestReset    DomainReason = 13
 	// Paused for a reason QEMU did not say.
 	DomainReason_Unknown DomainReason = 14
+	// Running on the target after an incoming migration; Shutoff on the
+	// source after FinalizeMigration.
+	DomainReason_Migrated DomainReason = 15
+	// The migration failed: the target ended (Shutoff), the source runs on.
+	DomainReason_MigrationFailed DomainReason = 16
+	// The migration was canceled: the source runs on.
+	DomainReason_MigrationCanceled DomainReason = 17
 )
 
 // Enum value maps for DomainReason.
@@ -137,6 +144,9 @@ var (
 		12: "GuestPanicked",
 		13: "GuestReset",
 		14: "Unknown",
+		15: "Migrated",
+		16: "MigrationFailed",
+		17: "MigrationCanceled",
 	}
 	DomainReason_value = map[string]int32{
 		"DOMAIN_REASON_UNSPECIFIED": 0,
@@ -154,6 +164,9 @@ var (
 		"GuestPanicked":             12,
 		"GuestReset":                13,
 		"Unknown":                   14,
+		"Migrated":                  15,
+		"MigrationFailed":           16,
+		"MigrationCanceled":         17,
 	}
 )
 
@@ -182,6 +195,106 @@ func (x DomainReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use DomainReason.Descriptor instead.
 func (DomainReason) EnumDescriptor() ([]byte, []int) {
 	return file_launcher_proto_rawDescGZIP(), []int{1}
+}
+
+// MigrationRole says which side of a migration a launcher is.
+type MigrationRole int32
+
+const (
+	MigrationRole_MIGRATION_ROLE_UNSPECIFIED MigrationRole = 0
+	MigrationRole_Source                     MigrationRole = 1
+	MigrationRole_Target                     MigrationRole = 2
+)
+
+// Enum value maps for MigrationRole.
+var (
+	MigrationRole_name = map[int32]string{
+		0: "MIGRATION_ROLE_UNSPECIFIED",
+		1: "Source",
+		2: "Target",
+	}
+	MigrationRole_value = map[string]int32{
+		"MIGRATION_ROLE_UNSPECIFIED": 0,
+		"Source":                     1,
+		"Target":                     2,
+	}
+)
+
+func (x MigrationRole) Enum() *MigrationRole {
+	p := new(MigrationRole)
+	*p = x
+	return p
+}
+
+func (x MigrationRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_launcher_proto_enumTypes[2].Descriptor()
+}
+
+func (MigrationRole) Type() protoreflect.EnumType {
+	return &file_launcher_proto_enumTypes[2]
+}
+
+func (x MigrationRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationRole.Descriptor instead.
+func (MigrationRole) EnumDescriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{2}
+}
+
+// MigrationMode is how RAM moves.
+type MigrationMode int32
+
+const (
+	MigrationMode_MIGRATION_MODE_UNSPECIFIED MigrationMode = 0
+	MigrationMode_PreCopy                    MigrationMode = 1
+	MigrationMode_PostCopy                   MigrationMode = 2
+)
+
+// Enum value maps for MigrationMode.
+var (
+	MigrationMode_name = map[int32]string{
+		0: "MIGRATION_MODE_UNSPECIFIED",
+		1: "PreCopy",
+		2: "PostCopy",
+	}
+	MigrationMode_value = map[string]int32{
+		"MIGRATION_MODE_UNSPECIFIED": 0,
+		"PreCopy":                    1,
+		"PostCopy":                   2,
+	}
+)
+
+func (x MigrationMode) Enum() *MigrationMode {
+	p := new(MigrationMode)
+	*p = x
+	return p
+}
+
+func (x MigrationMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_launcher_proto_enumTypes[3].Descriptor()
+}
+
+func (MigrationMode) Type() protoreflect.EnumType {
+	return &file_launcher_proto_enumTypes[3]
+}
+
+func (x MigrationMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationMode.Descriptor instead.
+func (MigrationMode) EnumDescriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{3}
 }
 
 // RebootMethod is how the launcher asked the guest to reboot itself.
@@ -220,11 +333,11 @@ func (x RebootMethod) String() string {
 }
 
 func (RebootMethod) Descriptor() protoreflect.EnumDescriptor {
-	return file_launcher_proto_enumTypes[2].Descriptor()
+	return file_launcher_proto_enumTypes[4].Descriptor()
 }
 
 func (RebootMethod) Type() protoreflect.EnumType {
-	return &file_launcher_proto_enumTypes[2]
+	return &file_launcher_proto_enumTypes[4]
 }
 
 func (x RebootMethod) Number() protoreflect.EnumNumber {
@@ -233,7 +346,7 @@ func (x RebootMethod) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RebootMethod.Descriptor instead.
 func (RebootMethod) EnumDescriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{2}
+	return file_launcher_proto_rawDescGZIP(), []int{4}
 }
 
 type Empty struct {
@@ -610,6 +723,169 @@ func (x *ShutdownRequest) GetGracePeriodSeconds() int64 {
 	return 0
 }
 
+// MigrationState is a migration's progress and, once it ended, its
+// final figures (QEMU's query-migrate; the status is QEMU's MigrationStatus:
+// setup, active, postcopy-active, pre-switchover, device, completed,
+// failed, cancelling, cancelled).
+type MigrationState struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Role             MigrationRole          `protobuf:"varint,1,opt,name=role,proto3,enum=kemu.launcher.v1.MigrationRole" json:"role,omitempty"`
+	Status           string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Mode             MigrationMode          `protobuf:"varint,3,opt,name=mode,proto3,enum=kemu.launcher.v1.MigrationMode" json:"mode,omitempty"`
+	BytesTotal       int64                  `protobuf:"varint,4,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	BytesTransferred int64                  `protobuf:"varint,5,opt,name=bytes_transferred,json=bytesTransferred,proto3" json:"bytes_transferred,omitempty"`
+	BytesRemaining   int64                  `protobuf:"varint,6,opt,name=bytes_remaining,json=bytesRemaining,proto3" json:"bytes_remaining,omitempty"`
+	// Dirty pages per second, and RAM passes so far.
+	DirtyPagesRate int64 `protobuf:"varint,7,opt,name=dirty_pages_rate,json=dirtyPagesRate,proto3" json:"dirty_pages_rate,omitempty"`
+	Passes         int64 `protobuf:"varint,8,opt,name=passes,proto3" json:"passes,omitempty"`
+	DowntimeMs     int64 `protobuf:"varint,9,opt,name=downtime_ms,json=downtimeMs,proto3" json:"downtime_ms,omitempty"`
+	TotalMs        int64 `protobuf:"varint,10,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	SetupMs        int64 `protobuf:"varint,11,opt,name=setup_ms,json=setupMs,proto3" json:"setup_ms,omitempty"`
+	// Disks copied to the target (bytes of all mirrors: copied and in all).
+	DiskBytesTotal  int64 `protobuf:"varint,12,opt,name=disk_bytes_total,json=diskBytesTotal,proto3" json:"disk_bytes_total,omitempty"`
+	DiskBytesCopied int64 `protobuf:"varint,13,opt,name=disk_bytes_copied,json=diskBytesCopied,proto3" json:"disk_bytes_copied,omitempty"`
+	// Why it failed or was canceled.
+	Message         string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	StartedUnixNano int64  `protobuf:"varint,15,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MigrationState) Reset() {
+	*x = MigrationState{}
+	mi := &file_launcher_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationState) ProtoMessage() {}
+
+func (x *MigrationState) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationState.ProtoReflect.Descriptor instead.
+func (*MigrationState) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MigrationState) GetRole() MigrationRole {
+	if x != nil {
+		return x.Role
+	}
+	return MigrationRole_MIGRATION_ROLE_UNSPECIFIED
+}
+
+func (x *MigrationState) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *MigrationState) GetMode() MigrationMode {
+	if x != nil {
+		return x.Mode
+	}
+	return MigrationMode_MIGRATION_MODE_UNSPECIFIED
+}
+
+func (x *MigrationState) GetBytesTotal() int64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *MigrationState) GetBytesTransferred() int64 {
+	if x != nil {
+		return x.BytesTransferred
+	}
+	return 0
+}
+
+func (x *MigrationState) GetBytesRemaining() int64 {
+	if x != nil {
+		return x.BytesRemaining
+	}
+	return 0
+}
+
+func (x *MigrationState) GetDirtyPagesRate() int64 {
+	if x != nil {
+		return x.DirtyPagesRate
+	}
+	return 0
+}
+
+func (x *MigrationState) GetPasses() int64 {
+	if x != nil {
+		return x.Passes
+	}
+	return 0
+}
+
+func (x *MigrationState) GetDowntimeMs() int64 {
+	if x != nil {
+		return x.DowntimeMs
+	}
+	return 0
+}
+
+func (x *MigrationState) GetTotalMs() int64 {
+	if x != nil {
+		return x.TotalMs
+	}
+	return 0
+}
+
+func (x *MigrationState) GetSetupMs() int64 {
+	if x != nil {
+		return x.SetupMs
+	}
+	return 0
+}
+
+func (x *MigrationState) GetDiskBytesTotal() int64 {
+	if x != nil {
+		return x.DiskBytesTotal
+	}
+	return 0
+}
+
+func (x *MigrationState) GetDiskBytesCopied() int64 {
+	if x != nil {
+		return x.DiskBytesCopied
+	}
+	return 0
+}
+
+func (x *MigrationState) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *MigrationState) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
 type Domain struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	State          DomainState            `protobuf:"varint,17,opt,name=state,proto3,enum=kemu.launcher.v1.DomainState" json:"state,omitempty"`
@@ -631,14 +907,16 @@ type Domain struct {
 	// QEMU's SELinux process label; empty when SELinux is disabled.
 	SelinuxContext string `protobuf:"bytes,15,opt,name=selinux_context,json=selinuxContext,proto3" json:"selinux_context,omitempty"`
 	// The guest's NICs wired on the pod network.
-	Interfaces    []*DomainInterface `protobuf:"bytes,16,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	Interfaces []*DomainInterface `protobuf:"bytes,16,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// The migration this launcher is part of, if any (the last one).
+	Migration     *MigrationState `protobuf:"bytes,19,opt,name=migration,proto3" json:"migration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
 	*x = Domain{}
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +928,7 @@ func (x *Domain) String() string {
 func (*Domain) ProtoMessage() {}
 
 func (x *Domain) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +941,7 @@ func (x *Domain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Domain.ProtoReflect.Descriptor instead.
 func (*Domain) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{8}
+	return file_launcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Domain) GetState() DomainState {
@@ -778,6 +1056,13 @@ func (x *Domain) GetInterfaces() []*DomainInterface {
 	return nil
 }
 
+func (x *Domain) GetMigration() *MigrationState {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
 type DomainInterface struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -794,7 +1079,7 @@ type DomainInterface struct {
 
 func (x *DomainInterface) Reset() {
 	*x = DomainInterface{}
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1091,7 @@ func (x *DomainInterface) String() string {
 func (*DomainInterface) ProtoMessage() {}
 
 func (x *DomainInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1104,7 @@ func (x *DomainInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainInterface.ProtoReflect.Descriptor instead.
 func (*DomainInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{9}
+	return file_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DomainInterface) GetName() string {
@@ -873,7 +1158,7 @@ type DomainResponse struct {
 
 func (x *DomainResponse) Reset() {
 	*x = DomainResponse{}
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1170,7 @@ func (x *DomainResponse) String() string {
 func (*DomainResponse) ProtoMessage() {}
 
 func (x *DomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1183,7 @@ func (x *DomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainResponse.ProtoReflect.Descriptor instead.
 func (*DomainResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{10}
+	return file_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DomainResponse) GetDomain() *Domain {
@@ -918,7 +1203,7 @@ type SoftRebootResponse struct {
 
 func (x *SoftRebootResponse) Reset() {
 	*x = SoftRebootResponse{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1215,7 @@ func (x *SoftRebootResponse) String() string {
 func (*SoftRebootResponse) ProtoMessage() {}
 
 func (x *SoftRebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1228,7 @@ func (x *SoftRebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SoftRebootResponse.ProtoReflect.Descriptor instead.
 func (*SoftRebootResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SoftRebootResponse) GetMethod() RebootMethod {
@@ -965,7 +1250,7 @@ type VCPU struct {
 
 func (x *VCPU) Reset() {
 	*x = VCPU{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1262,7 @@ func (x *VCPU) String() string {
 func (*VCPU) ProtoMessage() {}
 
 func (x *VCPU) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1275,7 @@ func (x *VCPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPU.ProtoReflect.Descriptor instead.
 func (*VCPU) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VCPU) GetIndex() int32 {
@@ -1028,7 +1313,7 @@ type BlockStat struct {
 
 func (x *BlockStat) Reset() {
 	*x = BlockStat{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1325,7 @@ func (x *BlockStat) String() string {
 func (*BlockStat) ProtoMessage() {}
 
 func (x *BlockStat) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1338,7 @@ func (x *BlockStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStat.ProtoReflect.Descriptor instead.
 func (*BlockStat) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BlockStat) GetDevice() string {
@@ -1116,7 +1401,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1413,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1426,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatsResponse) GetVcpus() []*VCPU {
@@ -1197,7 +1482,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1494,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1507,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -1265,7 +1550,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1562,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1575,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -1381,7 +1666,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1678,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1691,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchRequest) GetFromSeq() int64 {
@@ -1436,7 +1721,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1733,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1746,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchEvent) GetEvent() isWatchEvent_Event {
@@ -1516,7 +1801,7 @@ type QmpEvent struct {
 
 func (x *QmpEvent) Reset() {
 	*x = QmpEvent{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1813,7 @@ func (x *QmpEvent) String() string {
 func (*QmpEvent) ProtoMessage() {}
 
 func (x *QmpEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1826,7 @@ func (x *QmpEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpEvent.ProtoReflect.Descriptor instead.
 func (*QmpEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QmpEvent) GetName() string {
@@ -1574,7 +1859,7 @@ type QmpRequest struct {
 
 func (x *QmpRequest) Reset() {
 	*x = QmpRequest{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1871,7 @@ func (x *QmpRequest) String() string {
 func (*QmpRequest) ProtoMessage() {}
 
 func (x *QmpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1884,7 @@ func (x *QmpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpRequest.ProtoReflect.Descriptor instead.
 func (*QmpRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QmpRequest) GetCommandJson() string {
@@ -1618,7 +1903,7 @@ type QmpResponse struct {
 
 func (x *QmpResponse) Reset() {
 	*x = QmpResponse{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1915,7 @@ func (x *QmpResponse) String() string {
 func (*QmpResponse) ProtoMessage() {}
 
 func (x *QmpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1928,7 @@ func (x *QmpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpResponse.ProtoReflect.Descriptor instead.
 func (*QmpResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QmpResponse) GetReplyJson() string {
@@ -1662,7 +1947,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1959,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1972,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConsoleInput) GetData() []byte {
@@ -1706,7 +1991,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +2003,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +2016,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -1742,15 +2027,19 @@ func (x *ConsoleOutput) GetData() []byte {
 }
 
 type MigrateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target's unix sockets as the source reaches them (the local end
+	// of the node agent's proxy, or the target's own sockets on one host).
+	MainSocket    string            `protobuf:"bytes,2,opt,name=main_socket,json=mainSocket,proto3" json:"main_socket,omitempty"`
+	DiskSocket    string            `protobuf:"bytes,3,opt,name=disk_socket,json=diskSocket,proto3" json:"disk_socket,omitempty"`
+	Options       *MigrationOptions `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +2051,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,14 +2064,179 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{24}
+	return file_launcher_proto_rawDescGZIP(), []int{25}
 }
 
-func (x *MigrateRequest) GetUri() string {
+func (x *MigrateRequest) GetMainSocket() string {
 	if x != nil {
-		return x.Uri
+		return x.MainSocket
 	}
 	return ""
+}
+
+func (x *MigrateRequest) GetDiskSocket() string {
+	if x != nil {
+		return x.DiskSocket
+	}
+	return ""
+}
+
+func (x *MigrateRequest) GetOptions() *MigrationOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// MigrationOptions are the migration's policies; zero = kemu's default.
+type MigrationOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes per second; 0 = kemu's default (QEMU's own default throttles).
+	BandwidthBytesPerSecond int64 `protobuf:"varint,1,opt,name=bandwidth_bytes_per_second,json=bandwidthBytesPerSecond,proto3" json:"bandwidth_bytes_per_second,omitempty"`
+	// The longest pause of the guest at the switchover; 0 = QEMU's (300 ms).
+	DowntimeLimitMs int64 `protobuf:"varint,2,opt,name=downtime_limit_ms,json=downtimeLimitMs,proto3" json:"downtime_limit_ms,omitempty"`
+	// Seconds allowed per GiB of RAM and copied disks; 0 = 150.
+	CompletionTimeoutPerGibSeconds int64 `protobuf:"varint,3,opt,name=completion_timeout_per_gib_seconds,json=completionTimeoutPerGibSeconds,proto3" json:"completion_timeout_per_gib_seconds,omitempty"`
+	// Seconds without a decrease of the remaining data; 0 = 150.
+	ProgressTimeoutSeconds int64 `protobuf:"varint,4,opt,name=progress_timeout_seconds,json=progressTimeoutSeconds,proto3" json:"progress_timeout_seconds,omitempty"`
+	AllowAutoConverge      bool  `protobuf:"varint,5,opt,name=allow_auto_converge,json=allowAutoConverge,proto3" json:"allow_auto_converge,omitempty"`
+	AllowPostCopy          bool  `protobuf:"varint,6,opt,name=allow_post_copy,json=allowPostCopy,proto3" json:"allow_post_copy,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *MigrationOptions) Reset() {
+	*x = MigrationOptions{}
+	mi := &file_launcher_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationOptions) ProtoMessage() {}
+
+func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
+func (*MigrationOptions) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MigrationOptions) GetBandwidthBytesPerSecond() int64 {
+	if x != nil {
+		return x.BandwidthBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrationOptions) GetDowntimeLimitMs() int64 {
+	if x != nil {
+		return x.DowntimeLimitMs
+	}
+	return 0
+}
+
+func (x *MigrationOptions) GetCompletionTimeoutPerGibSeconds() int64 {
+	if x != nil {
+		return x.CompletionTimeoutPerGibSeconds
+	}
+	return 0
+}
+
+func (x *MigrationOptions) GetProgressTimeoutSeconds() int64 {
+	if x != nil {
+		return x.ProgressTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *MigrationOptions) GetAllowAutoConverge() bool {
+	if x != nil {
+		return x.AllowAutoConverge
+	}
+	return false
+}
+
+func (x *MigrationOptions) GetAllowPostCopy() bool {
+	if x != nil {
+		return x.AllowPostCopy
+	}
+	return false
+}
+
+type PrepareMigrationTargetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The unix sockets the target listens on: the migration stream, and the
+	// NBD server for the disks that are copied ("" if none).
+	MainSocket    string  `protobuf:"bytes,1,opt,name=main_socket,json=mainSocket,proto3" json:"main_socket,omitempty"`
+	DiskSocket    string  `protobuf:"bytes,2,opt,name=disk_socket,json=diskSocket,proto3" json:"disk_socket,omitempty"`
+	Domain        *Domain `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareMigrationTargetResponse) Reset() {
+	*x = PrepareMigrationTargetResponse{}
+	mi := &file_launcher_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareMigrationTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareMigrationTargetResponse) ProtoMessage() {}
+
+func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
+func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PrepareMigrationTargetResponse) GetMainSocket() string {
+	if x != nil {
+		return x.MainSocket
+	}
+	return ""
+}
+
+func (x *PrepareMigrationTargetResponse) GetDiskSocket() string {
+	if x != nil {
+		return x.DiskSocket
+	}
+	return ""
+}
+
+func (x *PrepareMigrationTargetResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
 }
 
 var File_launcher_proto protoreflect.FileDescriptor
@@ -1807,7 +2261,26 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xe9\x04\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xbe\x04\n" +
+	"\x0eMigrationState\x123\n" +
+	"\x04role\x18\x01 \x01(\x0e2\x1f.kemu.launcher.v1.MigrationRoleR\x04role\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x123\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x1f.kemu.launcher.v1.MigrationModeR\x04mode\x12\x1f\n" +
+	"\vbytes_total\x18\x04 \x01(\x03R\n" +
+	"bytesTotal\x12+\n" +
+	"\x11bytes_transferred\x18\x05 \x01(\x03R\x10bytesTransferred\x12'\n" +
+	"\x0fbytes_remaining\x18\x06 \x01(\x03R\x0ebytesRemaining\x12(\n" +
+	"\x10dirty_pages_rate\x18\a \x01(\x03R\x0edirtyPagesRate\x12\x16\n" +
+	"\x06passes\x18\b \x01(\x03R\x06passes\x12\x1f\n" +
+	"\vdowntime_ms\x18\t \x01(\x03R\n" +
+	"downtimeMs\x12\x19\n" +
+	"\btotal_ms\x18\n" +
+	" \x01(\x03R\atotalMs\x12\x19\n" +
+	"\bsetup_ms\x18\v \x01(\x03R\asetupMs\x12(\n" +
+	"\x10disk_bytes_total\x18\f \x01(\x03R\x0ediskBytesTotal\x12*\n" +
+	"\x11disk_bytes_copied\x18\r \x01(\x03R\x0fdiskBytesCopied\x12\x18\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\x12*\n" +
+	"\x11started_unix_nano\x18\x0f \x01(\x03R\x0fstartedUnixNano\"\xa9\x05\n" +
 	"\x06Domain\x123\n" +
 	"\x05state\x18\x11 \x01(\x0e2\x1d.kemu.launcher.v1.DomainStateR\x05state\x126\n" +
 	"\x06reason\x18\x12 \x01(\x0e2\x1e.kemu.launcher.v1.DomainReasonR\x06reason\x12\x18\n" +
@@ -1827,7 +2300,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\x0fselinux_context\x18\x0f \x01(\tR\x0eselinuxContext\x12A\n" +
 	"\n" +
 	"interfaces\x18\x10 \x03(\v2!.kemu.launcher.v1.DomainInterfaceR\n" +
-	"interfacesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xae\x01\n" +
+	"interfaces\x12>\n" +
+	"\tmigration\x18\x13 \x01(\v2 .kemu.launcher.v1.MigrationStateR\tmigrationJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xae\x01\n" +
 	"\x0fDomainInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
@@ -1900,9 +2374,26 @@ const file_launcher_proto_rawDesc = "" +
 	"\fConsoleInput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"#\n" +
 	"\rConsoleOutput\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\"\n" +
-	"\x0eMigrateRequest\x12\x10\n" +
-	"\x03uri\x18\x01 \x01(\tR\x03uri*\x80\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x96\x01\n" +
+	"\x0eMigrateRequest\x12\x1f\n" +
+	"\vmain_socket\x18\x02 \x01(\tR\n" +
+	"mainSocket\x12\x1f\n" +
+	"\vdisk_socket\x18\x03 \x01(\tR\n" +
+	"diskSocket\x12<\n" +
+	"\aoptions\x18\x04 \x01(\v2\".kemu.launcher.v1.MigrationOptionsR\aoptionsJ\x04\b\x01\x10\x02\"\xd9\x02\n" +
+	"\x10MigrationOptions\x12;\n" +
+	"\x1abandwidth_bytes_per_second\x18\x01 \x01(\x03R\x17bandwidthBytesPerSecond\x12*\n" +
+	"\x11downtime_limit_ms\x18\x02 \x01(\x03R\x0fdowntimeLimitMs\x12J\n" +
+	"\"completion_timeout_per_gib_seconds\x18\x03 \x01(\x03R\x1ecompletionTimeoutPerGibSeconds\x128\n" +
+	"\x18progress_timeout_seconds\x18\x04 \x01(\x03R\x16progressTimeoutSeconds\x12.\n" +
+	"\x13allow_auto_converge\x18\x05 \x01(\bR\x11allowAutoConverge\x12&\n" +
+	"\x0fallow_post_copy\x18\x06 \x01(\bR\rallowPostCopy\"\x94\x01\n" +
+	"\x1ePrepareMigrationTargetResponse\x12\x1f\n" +
+	"\vmain_socket\x18\x01 \x01(\tR\n" +
+	"mainSocket\x12\x1f\n" +
+	"\vdisk_socket\x18\x02 \x01(\tR\n" +
+	"diskSocket\x120\n" +
+	"\x06domain\x18\x03 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain*\x80\x01\n" +
 	"\vDomainState\x12\x1c\n" +
 	"\x18DOMAIN_STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bStarting\x10\x01\x12\v\n" +
@@ -1911,7 +2402,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06Paused\x10\x03\x12\x10\n" +
 	"\fShuttingDown\x10\x04\x12\v\n" +
 	"\aShutoff\x10\x05\x12\r\n" +
-	"\tMigrating\x10\x06*\x8d\x02\n" +
+	"\tMigrating\x10\x06*\xc7\x02\n" +
 	"\fDomainReason\x12\x1d\n" +
 	"\x19DOMAIN_REASON_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -1930,12 +2421,25 @@ const file_launcher_proto_rawDesc = "" +
 	"\rGuestPanicked\x10\f\x12\x0e\n" +
 	"\n" +
 	"GuestReset\x10\r\x12\v\n" +
-	"\aUnknown\x10\x0e*P\n" +
+	"\aUnknown\x10\x0e\x12\f\n" +
+	"\bMigrated\x10\x0f\x12\x13\n" +
+	"\x0fMigrationFailed\x10\x10\x12\x15\n" +
+	"\x11MigrationCanceled\x10\x11*G\n" +
+	"\rMigrationRole\x12\x1e\n" +
+	"\x1aMIGRATION_ROLE_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06Source\x10\x01\x12\n" +
+	"\n" +
+	"\x06Target\x10\x02*J\n" +
+	"\rMigrationMode\x12\x1e\n" +
+	"\x1aMIGRATION_MODE_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aPreCopy\x10\x01\x12\f\n" +
+	"\bPostCopy\x10\x02*P\n" +
 	"\fRebootMethod\x12\x1d\n" +
 	"\x19REBOOT_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"GuestAgent\x10\x01\x12\x11\n" +
-	"\rCtrlAltDelete\x10\x022\x92\v\n" +
+	"\rCtrlAltDelete\x10\x022\xab\v\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -1954,8 +2458,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\vWatchDomain\x12\x1e.kemu.launcher.v1.WatchRequest\x1a\x1c.kemu.launcher.v1.WatchEvent0\x01\x12B\n" +
 	"\x03Qmp\x12\x1c.kemu.launcher.v1.QmpRequest\x1a\x1d.kemu.launcher.v1.QmpResponse\x12N\n" +
 	"\aConsole\x12\x1e.kemu.launcher.v1.ConsoleInput\x1a\x1f.kemu.launcher.v1.ConsoleOutput(\x010\x01\x12D\n" +
-	"\aMigrate\x12 .kemu.launcher.v1.MigrateRequest\x1a\x17.kemu.launcher.v1.Empty\x12P\n" +
-	"\x16PrepareMigrationTarget\x12\x1d.kemu.launcher.v1.SyncRequest\x1a\x17.kemu.launcher.v1.Empty\x12C\n" +
+	"\aMigrate\x12 .kemu.launcher.v1.MigrateRequest\x1a\x17.kemu.launcher.v1.Empty\x12i\n" +
+	"\x16PrepareMigrationTarget\x12\x1d.kemu.launcher.v1.SyncRequest\x1a0.kemu.launcher.v1.PrepareMigrationTargetResponse\x12C\n" +
 	"\x0fCancelMigration\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12E\n" +
 	"\x11FinalizeMigration\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.EmptyB+Z)github.com/kemu-dev/kemu/launcher/rpc;rpcb\x06proto3"
 
@@ -1971,95 +2475,105 @@ func file_launcher_proto_rawDescGZIP() []byte {
 	return file_launcher_proto_rawDescData
 }
 
-var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_launcher_proto_goTypes = []any{
-	(DomainState)(0),           // 0: kemu.launcher.v1.DomainState
-	(DomainReason)(0),          // 1: kemu.launcher.v1.DomainReason
-	(RebootMethod)(0),          // 2: kemu.launcher.v1.RebootMethod
-	(*Empty)(nil),              // 3: kemu.launcher.v1.Empty
-	(*InfoRequest)(nil),        // 4: kemu.launcher.v1.InfoRequest
-	(*InfoResponse)(nil),       // 5: kemu.launcher.v1.InfoResponse
-	(*PingRequest)(nil),        // 6: kemu.launcher.v1.PingRequest
-	(*PingResponse)(nil),       // 7: kemu.launcher.v1.PingResponse
-	(*SyncRequest)(nil),        // 8: kemu.launcher.v1.SyncRequest
-	(*SyncResponse)(nil),       // 9: kemu.launcher.v1.SyncResponse
-	(*ShutdownRequest)(nil),    // 10: kemu.launcher.v1.ShutdownRequest
-	(*Domain)(nil),             // 11: kemu.launcher.v1.Domain
-	(*DomainInterface)(nil),    // 12: kemu.launcher.v1.DomainInterface
-	(*DomainResponse)(nil),     // 13: kemu.launcher.v1.DomainResponse
-	(*SoftRebootResponse)(nil), // 14: kemu.launcher.v1.SoftRebootResponse
-	(*VCPU)(nil),               // 15: kemu.launcher.v1.VCPU
-	(*BlockStat)(nil),          // 16: kemu.launcher.v1.BlockStat
-	(*StatsResponse)(nil),      // 17: kemu.launcher.v1.StatsResponse
-	(*GuestInterface)(nil),     // 18: kemu.launcher.v1.GuestInterface
-	(*GuestInfoResponse)(nil),  // 19: kemu.launcher.v1.GuestInfoResponse
-	(*WatchRequest)(nil),       // 20: kemu.launcher.v1.WatchRequest
-	(*WatchEvent)(nil),         // 21: kemu.launcher.v1.WatchEvent
-	(*QmpEvent)(nil),           // 22: kemu.launcher.v1.QmpEvent
-	(*QmpRequest)(nil),         // 23: kemu.launcher.v1.QmpRequest
-	(*QmpResponse)(nil),        // 24: kemu.launcher.v1.QmpResponse
-	(*ConsoleInput)(nil),       // 25: kemu.launcher.v1.ConsoleInput
-	(*ConsoleOutput)(nil),      // 26: kemu.launcher.v1.ConsoleOutput
-	(*MigrateRequest)(nil),     // 27: kemu.launcher.v1.MigrateRequest
+	(DomainState)(0),                       // 0: kemu.launcher.v1.DomainState
+	(DomainReason)(0),                      // 1: kemu.launcher.v1.DomainReason
+	(MigrationRole)(0),                     // 2: kemu.launcher.v1.MigrationRole
+	(MigrationMode)(0),                     // 3: kemu.launcher.v1.MigrationMode
+	(RebootMethod)(0),                      // 4: kemu.launcher.v1.RebootMethod
+	(*Empty)(nil),                          // 5: kemu.launcher.v1.Empty
+	(*InfoRequest)(nil),                    // 6: kemu.launcher.v1.InfoRequest
+	(*InfoResponse)(nil),                   // 7: kemu.launcher.v1.InfoResponse
+	(*PingRequest)(nil),                    // 8: kemu.launcher.v1.PingRequest
+	(*PingResponse)(nil),                   // 9: kemu.launcher.v1.PingResponse
+	(*SyncRequest)(nil),                    // 10: kemu.launcher.v1.SyncRequest
+	(*SyncResponse)(nil),                   // 11: kemu.launcher.v1.SyncResponse
+	(*ShutdownRequest)(nil),                // 12: kemu.launcher.v1.ShutdownRequest
+	(*MigrationState)(nil),                 // 13: kemu.launcher.v1.MigrationState
+	(*Domain)(nil),                         // 14: kemu.launcher.v1.Domain
+	(*DomainInterface)(nil),                // 15: kemu.launcher.v1.DomainInterface
+	(*DomainResponse)(nil),                 // 16: kemu.launcher.v1.DomainResponse
+	(*SoftRebootResponse)(nil),             // 17: kemu.launcher.v1.SoftRebootResponse
+	(*VCPU)(nil),                           // 18: kemu.launcher.v1.VCPU
+	(*BlockStat)(nil),                      // 19: kemu.launcher.v1.BlockStat
+	(*StatsResponse)(nil),                  // 20: kemu.launcher.v1.StatsResponse
+	(*GuestInterface)(nil),                 // 21: kemu.launcher.v1.GuestInterface
+	(*GuestInfoResponse)(nil),              // 22: kemu.launcher.v1.GuestInfoResponse
+	(*WatchRequest)(nil),                   // 23: kemu.launcher.v1.WatchRequest
+	(*WatchEvent)(nil),                     // 24: kemu.launcher.v1.WatchEvent
+	(*QmpEvent)(nil),                       // 25: kemu.launcher.v1.QmpEvent
+	(*QmpRequest)(nil),                     // 26: kemu.launcher.v1.QmpRequest
+	(*QmpResponse)(nil),                    // 27: kemu.launcher.v1.QmpResponse
+	(*ConsoleInput)(nil),                   // 28: kemu.launcher.v1.ConsoleInput
+	(*ConsoleOutput)(nil),                  // 29: kemu.launcher.v1.ConsoleOutput
+	(*MigrateRequest)(nil),                 // 30: kemu.launcher.v1.MigrateRequest
+	(*MigrationOptions)(nil),               // 31: kemu.launcher.v1.MigrationOptions
+	(*PrepareMigrationTargetResponse)(nil), // 32: kemu.launcher.v1.PrepareMigrationTargetResponse
 }
 var file_launcher_proto_depIdxs = []int32{
-	11, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
-	0,  // 1: kemu.launcher.v1.Domain.state:type_name -> kemu.launcher.v1.DomainState
-	1,  // 2: kemu.launcher.v1.Domain.reason:type_name -> kemu.launcher.v1.DomainReason
-	12, // 3: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
-	11, // 4: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
-	2,  // 5: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.RebootMethod
-	15, // 6: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
-	16, // 7: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
-	18, // 8: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
-	11, // 9: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
-	22, // 10: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	4,  // 11: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	6,  // 12: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	8,  // 13: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	3,  // 14: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	3,  // 15: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	10, // 16: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	3,  // 17: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	3,  // 18: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	3,  // 19: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
-	3,  // 20: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	3,  // 21: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	3,  // 22: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	3,  // 23: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	20, // 24: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	23, // 25: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	25, // 26: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	27, // 27: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	8,  // 28: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	3,  // 29: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	3,  // 30: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	5,  // 31: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	7,  // 32: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	9,  // 33: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	3,  // 34: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	3,  // 35: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	13, // 36: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	13, // 37: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	3,  // 38: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	14, // 39: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
-	13, // 40: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	17, // 41: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	3,  // 42: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	19, // 43: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	21, // 44: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	24, // 45: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	26, // 46: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	3,  // 47: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	3,  // 48: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.Empty
-	3,  // 49: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	3,  // 50: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	31, // [31:51] is the sub-list for method output_type
-	11, // [11:31] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
+	2,  // 1: kemu.launcher.v1.MigrationState.role:type_name -> kemu.launcher.v1.MigrationRole
+	3,  // 2: kemu.launcher.v1.MigrationState.mode:type_name -> kemu.launcher.v1.MigrationMode
+	0,  // 3: kemu.launcher.v1.Domain.state:type_name -> kemu.launcher.v1.DomainState
+	1,  // 4: kemu.launcher.v1.Domain.reason:type_name -> kemu.launcher.v1.DomainReason
+	15, // 5: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
+	13, // 6: kemu.launcher.v1.Domain.migration:type_name -> kemu.launcher.v1.MigrationState
+	14, // 7: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
+	4,  // 8: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.RebootMethod
+	18, // 9: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
+	19, // 10: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
+	21, // 11: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
+	14, // 12: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
+	25, // 13: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
+	31, // 14: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
+	14, // 15: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
+	6,  // 16: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	8,  // 17: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	10, // 18: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	5,  // 19: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	5,  // 20: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	12, // 21: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	5,  // 22: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	5,  // 23: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	5,  // 24: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	5,  // 25: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	5,  // 26: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	5,  // 27: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	5,  // 28: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	23, // 29: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	26, // 30: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	28, // 31: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	30, // 32: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	10, // 33: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	5,  // 34: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	5,  // 35: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	7,  // 36: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	9,  // 37: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	11, // 38: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	5,  // 39: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	5,  // 40: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	16, // 41: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	16, // 42: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	5,  // 43: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	17, // 44: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	16, // 45: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	20, // 46: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	5,  // 47: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	22, // 48: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	24, // 49: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	27, // 50: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	29, // 51: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	5,  // 52: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	32, // 53: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
+	5,  // 54: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	5,  // 55: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	36, // [36:56] is the sub-list for method output_type
+	16, // [16:36] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -2067,7 +2581,7 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[18].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[19].OneofWrappers = []any{
 		(*WatchEvent_Domain)(nil),
 		(*WatchEvent_QmpEvent)(nil),
 	}
@@ -2076,8 +2590,8 @@ func file_launcher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   25,
+			NumEnums:      5,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

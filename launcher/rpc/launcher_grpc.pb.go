@@ -79,9 +79,15 @@ type LauncherClient interface {
 	Qmp(ctx context.Context, in *QmpRequest, opts ...grpc.CallOption) (*QmpResponse, error)
 	// Console is the serial console: input in, output out.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error)
-	// Migration (answered Unimplemented until live migration lands).
+	// Live migration. The target's launcher: PrepareMigrationTarget starts
+	// QEMU for the VMI waiting for the migration (paused) and answers the
+	// unix sockets it listens on. The source's launcher: Migrate starts the
+	// migration to those sockets (reached through the node agents' proxies)
+	// and returns; progress is streamed by WatchDomain (Domain.migration).
+	// CancelMigration, before the switchover, leaves the source running.
+	// FinalizeMigration, once the target runs, ends the paused source.
 	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*Empty, error)
-	PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*Empty, error)
+	PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*PrepareMigrationTargetResponse, error)
 	CancelMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 	FinalizeMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 }
@@ -276,9 +282,9 @@ func (c *launcherClient) Migrate(ctx context.Context, in *MigrateRequest, opts .
 	return out, nil
 }
 
-func (c *launcherClient) PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*Empty, error) {
+func (c *launcherClient) PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*PrepareMigrationTargetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(PrepareMigrationTargetResponse)
 	err := c.cc.Invoke(ctx, Launcher_PrepareMigrationTarget_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -340,9 +346,15 @@ type LauncherServer interface {
 	Qmp(context.Context, *QmpRequest) (*QmpResponse, error)
 	// Console is the serial console: input in, output out.
 	Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error
-	// Migration (answered Unimplemented until live migration lands).
+	// Live migration. The target's launcher: PrepareMigrationTarget starts
+	// QEMU for the VMI waiting for the migration (paused) and answers the
+	// unix sockets it listens on. The source's launcher: Migrate starts the
+	// migration to those sockets (reached through the node agents' proxies)
+	// and returns; progress is streamed by WatchDomain (Domain.migration).
+	// CancelMigration, before the switchover, leaves the source running.
+	// FinalizeMigration, once the target runs, ends the paused source.
 	Migrate(context.Context, *MigrateRequest) (*Empty, error)
-	PrepareMigrationTarget(context.Context, *SyncRequest) (*Empty, error)
+	PrepareMigrationTarget(context.Context, *SyncRequest) (*PrepareMigrationTargetResponse, error)
 	CancelMigration(context.Context, *Empty) (*Empty, error)
 	FinalizeMigration(context.Context, *Empty) (*Empty, error)
 	mustEmbedUnimplementedLauncherServer()
@@ -406,7 +418,7 @@ func (UnimplementedLauncherServer) Console(grpc.BidiStreamingServer[ConsoleInput
 func (UnimplementedLauncherServer) Migrate(context.Context, *MigrateRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Migrate not implemented")
 }
-func (UnimplementedLauncherServer) PrepareMigrationTarget(context.Context, *SyncRequest) (*Empty, error) {
+func (UnimplementedLauncherServer) PrepareMigrationTarget(context.Context, *SyncRequest) (*PrepareMigrationTargetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PrepareMigrationTarget not implemented")
 }
 func (UnimplementedLauncherServer) CancelMigration(context.Context, *Empty) (*Empty, error) {

@@ -1,0 +1,283 @@
+//go:build qemu
+
+package launcher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kemu-dev/kemu/qmp"
+	"github.com/kemu-dev/kemu/test/testguest"
+)
+
+// migrationTimeout bounds one migration of a small guest under TCG.
+const migrationTimeout = 180 * time.Second
+
+const migrationVMI = `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: mig}
+spec:
+  domain:
+    memory: {guest: 256Mi}
+    devices:
+      autoattachPodInterface: false
+      disks:
+      - {name: root, bootOrder: 1, disk: {bus: virtio}}
+      - {name: scratch, serial: scratch-1, disk: {bus: virtio}}
+  volumes:
+  - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
+  - {name: scratch, emptyDisk: {capacity: 64Mi}}
+`
+
+// target is a migration target launcher with its console watched.
+type target struct {
+	l  *Launcher
+	at MigrationTarget
+	w  *testguest.Watcher
+}
+
+func startTarget(t *testing.T, yaml string) *target {
+	t.Helper()
+	l, err := New(newConfig(t, parseVMI(t, yaml)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := l.StartMigrationTarget(ctxFor(t, stepTimeout))
+	if err != nil {
+		t.Fatalf("migration target: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := l.Kill(ctxFor(t, stepTimeout)); err != nil {
+			t.Errorf("kill target: %v", err)
+		}
+	})
+	out, _, detach, err := l.Console()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(detach)
+	pr, pw := io.Pipe()
+	go func() {
+		for b := range out {
+			if _, err := pw.Write(b); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	return &target{l: l, at: at, w: testguest.NewWatcher(pr)}
+}
+
+// bootedSource starts the source guest and waits for its first tick.
+func bootedSource(t *testing.T, yaml string) (*vm, testguest.Marker) {
+	src := start(t, newConfig(t, parseVMI(t, yaml)))
+	src.wait(bootTimeout, testguest.IsKind("ready"))
+	return src, src.wait(bootTimeout, testguest.IsKind("tick"))
+}
+
+func waitDomain(t *testing.T, l *Launcher, what string, f func(Domain) bool) Domain {
+	t.Helper()
+	d, err := l.Watch(false).WaitFor(ctxFor(t, migrationTimeout), f)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (domain %s, migration %+v)", what, err, l.Domain(), l.Domain().Migration)
+	}
+	return d
+}
+
+func migrationStatus(statuses ...string) func(Domain) bool {
+	return func(d Domain) bool {
+		if d.Migration == nil {
+			return false
+		}
+		for _, s := range statuses {
+			if d.Migration.Status == s {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func tickN(t *testing.T, m testguest.Marker) int64 {
+	t.Helper()
+	n, err := m.Int("n")
+	if err != nil {
+		t.Fatalf("tick %s: %v", m, err)
+	}
+	return n
+}
+
+// An idle 256 MiB guest with a containerDisk and an emptyDisk moves to a
+// target launcher over unix sockets: the target runs it (Running,
+// Migrated) with its tick counter going on and no new boot; the source
+// waits paused until FinalizeMigration ends it (Shutoff, Migrated).
+func TestMigrationIdleGuest(t *testing.T) {
+	src, tick := bootedSource(t, migrationVMI)
+	dst := startTarget(t, migrationVMI)
+	if dst.at.DiskSocket == "" {
+		t.Fatal("no NBD socket: the containerDisk and emptyDisk must be copied")
+	}
+	t0 := time.Now()
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	d := waitDomain(t, src.l, "the source's completion", migrationStatus(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))
+	if m := d.Migration; m.Status != qmp.MigrationStatusCompleted || d.State != StateMigrating {
+		t.Fatalf("source after the migration: %s %+v", d, m)
+	}
+	m := src.l.Domain().Migration
+	t.Logf("migrated in %s: total %s, downtime %s, setup %s, RAM %d/%d bytes, %d passes, disks %d bytes",
+		time.Since(t0), m.Total, m.Downtime, m.Setup, m.BytesTransferred, m.BytesTotal, m.Passes, m.DiskBytesTotal)
+	if m.Total <= 0 || m.BytesTransferred <= 0 {
+		t.Errorf("final figures missing: %+v", m)
+	}
+	td := waitDomain(t, dst.l, "the target running", InState(StateRunning, StateShutoff))
+	if td.State != StateRunning || td.Reason != ReasonMigrated {
+		t.Fatalf("target: %s", td)
+	}
+	if st, err := src.l.Monitor().QueryStatus(ctxFor(t, stepTimeout)); err != nil || st.Running {
+		t.Errorf("source still runs the guest: %+v %v", st, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	next, err := dst.w.Wait(ctx, testguest.IsKind("tick"))
+	if err != nil {
+		t.Fatalf("no tick on the target: %v\n%s", err, dst.w.Log())
+	}
+	if tickN(t, next) <= tickN(t, tick) {
+		t.Errorf("target tick %s after source tick %s: the counter went back", next, tick)
+	}
+	if boots := dst.w.Find(testguest.IsKind("boot")); len(boots) > 0 {
+		t.Errorf("the guest booted again on the target: %v", boots)
+	}
+	sd, err := src.l.FinalizeMigration(ctxFor(t, stepTimeout))
+	if err != nil || sd.State != StateShutoff || sd.Reason != ReasonMigrated {
+		t.Errorf("finalize: %s %v", sd, err)
+	}
+}
+
+// The target's QEMU killed while RAM moves (bandwidth capped): the source
+// keeps the guest (Running, MigrationFailed), the same QEMU, ticks going on.
+func TestMigrationTargetKilled(t *testing.T) {
+	src, _ := bootedSource(t, migrationVMI)
+	pid := src.l.Domain().PID
+	dst := startTarget(t, migrationVMI)
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	waitDomain(t, src.l, "RAM moving", migrationStatus(qmp.MigrationStatusActive))
+	if _, err := dst.l.Kill(ctxFor(t, stepTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	d := waitDomain(t, src.l, "the source back", func(d Domain) bool { return d.State != StateMigrating })
+	if d.State != StateRunning || d.Reason != ReasonMigrationFailed || d.PID != pid {
+		t.Fatalf("source after the target died: %s (pid %d, was %d)", d, d.PID, pid)
+	}
+	t.Logf("source: %s; migration %+v", d, d.Migration)
+	seq := len(src.w.Markers())
+	src.waitAfter(bootTimeout, seq, testguest.IsKind("tick"))
+	if jobs, err := src.l.Monitor().QueryBlockJobs(ctxFor(t, stepTimeout)); err != nil || len(jobs) > 0 {
+		t.Errorf("mirror jobs left: %+v %v", jobs, err)
+	}
+}
+
+// CancelMigration while RAM moves (bandwidth capped): the source keeps the
+// guest (Running, MigrationCanceled) in the same QEMU; the target's
+// incoming migration fails and it ends (Shutoff, MigrationFailed).
+func TestMigrationCancel(t *testing.T) {
+	src, _ := bootedSource(t, migrationVMI)
+	pid := src.l.Domain().PID
+	dst := startTarget(t, migrationVMI)
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	waitDomain(t, src.l, "RAM moving", migrationStatus(qmp.MigrationStatusActive))
+	if err := src.l.CancelMigration(ctxFor(t, stepTimeout)); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	d := src.l.Domain()
+	if d.State != StateRunning || d.Reason != ReasonMigrationCanceled || d.PID != pid || d.Migration.Status != qmp.MigrationStatusCancelled {
+		t.Fatalf("source after the cancel: %s (pid %d, was %d) %+v", d, d.PID, pid, d.Migration)
+	}
+	td := waitDomain(t, dst.l, "the target's end", InState(StateShutoff))
+	if td.Reason != ReasonMigrationFailed {
+		t.Errorf("target after the cancel: %s", td)
+	}
+	src.waitAfter(bootTimeout, len(src.w.Markers()), testguest.IsKind("tick"))
+	if err := src.l.CancelMigration(ctxFor(t, stepTimeout)); !errors.Is(err, ErrMigrationState) {
+		t.Errorf("a second cancel: %v, want ErrMigrationState", err)
+	}
+}
+
+// A migration stream that stops moving (a peer that no longer reads):
+// the progress timeout cancels it and the source keeps the guest.
+func TestMigrationProgressTimeout(t *testing.T) {
+	src, _ := bootedSource(t, migrationVMI)
+	pid := src.l.Domain().PID
+	dst := startTarget(t, migrationVMI)
+	stalled := stallingProxy(t, dst.at.MainSocket, 4<<20)
+	opts := MigrationOptions{ProgressTimeout: 3 * time.Second}
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), stalled, dst.at.DiskSocket, opts); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	d := waitDomain(t, src.l, "the source back", func(d Domain) bool { return d.State != StateMigrating })
+	if d.State != StateRunning || d.Reason != ReasonMigrationFailed || d.PID != pid || !strings.Contains(d.Message, "no progress") {
+		t.Fatalf("source after the stall: %s (pid %d, was %d) %+v", d, d.PID, pid, d.Migration)
+	}
+	src.waitAfter(bootTimeout, len(src.w.Markers()), testguest.IsKind("tick"))
+}
+
+// stallingProxy listens on a unix socket in a new directory and passes the
+// first n bytes of each connection on to target, then stops reading.
+func stallingProxy(t *testing.T, target string, n int64) string {
+	t.Helper()
+	dir := shortDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "stall.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(c, up) }()
+			go func() { _, _ = io.CopyN(up, c, n) }()
+		}
+	}()
+	return path
+}

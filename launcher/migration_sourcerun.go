@@ -1,0 +1,319 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kemu-dev/kemu/qmp"
+)
+
+// sourceRun is one run of the source's event loop: mirrors until ready,
+// then RAM, the switchover at pre-switchover, until QEMU says completed,
+// failed or cancelled.
+type sourceRun struct {
+	l   *Launcher
+	s   *sourceMigration
+	mig *Migration
+
+	ready, finished map[string]bool // mirror jobs by id
+	ramStarted      bool
+	switching       bool  // migrate-continue path taken (mirrors finishing)
+	abort           error // why the launcher canceled, once it did
+	best            int64 // the least remaining data seen
+	progressed      bool  // remaining decreased since the last check
+	cancelReq       bool  // CancelMigration arrived
+}
+
+type eventOrErr struct {
+	ev  qmp.Event
+	err error
+}
+
+// pump forwards sub's events to a channel until ctx ends.
+func pump(ctx context.Context, sub *qmp.Subscription) <-chan eventOrErr {
+	ch := make(chan eventOrErr)
+	go func() {
+		for {
+			ev, err := sub.Next(ctx)
+			select {
+			case ch <- eventOrErr{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			var lost *qmp.EventsLostError
+			if err != nil && !errors.As(err, &lost) {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func (r *sourceRun) loop(sub *qmp.Subscription) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := pump(ctx, sub)
+	var total int64
+	for _, d := range r.s.disks {
+		total += d.Size
+	}
+	completion := time.NewTimer(completionTimeout(r.s.opts.CompletionTimeoutPerGiB, r.l.guestMemory()+total))
+	defer completion.Stop()
+	progress := time.NewTicker(r.s.opts.ProgressTimeout)
+	defer progress.Stop()
+	r.best = -1
+	cancelCh := r.s.cancelCh
+	if len(r.s.disks) == 0 {
+		if err := r.startRAM(ctx); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-cancelCh:
+			cancelCh = nil
+			r.cancelReq = true
+			if err := r.cancel(ctx, errCanceled); err != nil {
+				return err
+			}
+		case <-completion.C:
+			if err := r.completionTimeout(ctx); err != nil {
+				return err
+			}
+		case <-progress.C:
+			if err := r.checkProgress(ctx); err != nil {
+				return err
+			}
+		case e := <-events:
+			var lost *qmp.EventsLostError
+			switch {
+			case errors.As(e.err, &lost):
+				e.ev = r.l.migrationStatusEvent(ctx)
+			case e.err != nil:
+				return fmt.Errorf("QEMU's monitor: %w", e.err)
+			}
+			done, err := r.handle(ctx, e.ev)
+			if done || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// cancel stops the migration for cause: before RAM moves the caller ends
+// at once; afterwards migrate_cancel and wait for QEMU's cancelled.
+func (r *sourceRun) cancel(ctx context.Context, cause error) error {
+	if r.abort == nil {
+		r.abort = cause
+	}
+	if !r.ramStarted {
+		return r.abort
+	}
+	if err := r.l.mon.MigrateCancel(ctx); err != nil {
+		return fmt.Errorf("migrate_cancel: %w (after: %v)", err, cause)
+	}
+	return nil
+}
+
+// completionTimeout switches to post-copy when allowed, else cancels.
+func (r *sourceRun) completionTimeout(ctx context.Context) error {
+	if r.s.opts.AllowPostCopy && r.ramStarted && !r.switching {
+		if err := r.l.mon.MigrateStartPostcopy(ctx); err != nil {
+			return r.cancel(ctx, fmt.Errorf("completion timeout; post-copy refused: %w", err))
+		}
+		r.s.mu.Lock()
+		r.s.postcopy = true
+		r.s.mu.Unlock()
+		r.mig.Mode = ModePostCopy
+		r.l.setMigration(r.mig)
+		klog.InfoS("Migration switched to post-copy at the completion timeout", "vmi", klog.KObj(r.l.vmi))
+		return nil
+	}
+	return r.cancel(ctx, errors.New("the migration did not complete within its completion timeout"))
+}
+
+// checkProgress cancels when the remaining data did not decrease since
+// the last check (one progress timeout ago).
+func (r *sourceRun) checkProgress(ctx context.Context) error {
+	if r.switching || r.mig.Mode == ModePostCopy {
+		return nil
+	}
+	remaining, err := r.remaining(ctx)
+	if err != nil {
+		return err
+	}
+	if r.best < 0 || remaining < r.best {
+		r.best = remaining
+		r.progressed = false
+		return nil
+	}
+	if r.progressed {
+		r.progressed = false
+		return nil
+	}
+	return r.cancel(ctx, fmt.Errorf("no progress: %d bytes remaining for %s", remaining, r.s.opts.ProgressTimeout))
+}
+
+// remaining is what is left to send: RAM once it moves, the mirrors' before.
+func (r *sourceRun) remaining(ctx context.Context) (int64, error) {
+	if r.ramStarted {
+		info, err := r.l.mon.QueryMigrate(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("query-migrate: %w", err)
+		}
+		r.update(info)
+		if info.RAM == nil {
+			return 0, nil
+		}
+		return info.RAM.Remaining, nil
+	}
+	jobs, err := r.l.mon.QueryBlockJobs(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("query-block-jobs: %w", err)
+	}
+	var left, copied int64
+	for _, j := range jobs {
+		left += j.Len - j.Offset
+		copied += j.Offset
+	}
+	r.mig.DiskBytesCopied = copied
+	r.l.setMigration(r.mig)
+	return left, nil
+}
+
+func (r *sourceRun) update(info qmp.MigrationInfo) {
+	r.mig = r.mig.withInfo(info)
+	if info.RAM != nil && r.best >= 0 && info.RAM.Remaining < r.best {
+		r.best, r.progressed = info.RAM.Remaining, true
+	}
+	r.l.setMigration(r.mig)
+}
+
+// startRAM starts moving RAM, once the disks are in sync.
+func (r *sourceRun) startRAM(ctx context.Context) error {
+	if err := r.l.mon.Migrate(ctx, "unix:"+r.s.mainSocket); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	r.ramStarted = true
+	r.best = -1
+	return nil
+}
+
+// handle reacts to one event; done when the migration ended (err nil:
+// completed).
+func (r *sourceRun) handle(ctx context.Context, ev qmp.Event) (bool, error) {
+	switch ev.Name {
+	case qmp.EventBlockJobReady:
+		var j qmp.BlockJobEvent
+		if ev.Decode(&j) != nil || r.ramStarted {
+			return false, nil
+		}
+		r.ready[j.Device] = true
+		r.mig.DiskBytesCopied += j.Offset
+		r.l.setMigration(r.mig)
+		if len(r.ready) == len(r.s.disks) && r.abort == nil {
+			return false, r.startRAM(ctx)
+		}
+	case qmp.EventBlockJobCompleted, qmp.EventBlockJobCancelled:
+		var j qmp.BlockJobEvent
+		if ev.Decode(&j) != nil {
+			return false, nil
+		}
+		if !r.switching || ev.Name == qmp.EventBlockJobCancelled || j.Error != "" {
+			return false, r.cancel(ctx, fmt.Errorf("disk mirror %s ended: %s %s", j.Device, ev.Name, j.Error))
+		}
+		r.finished[j.Device] = true
+		if len(r.finished) == len(r.s.disks) {
+			return false, r.continueSwitchover(ctx)
+		}
+	case qmp.EventBlockJobError:
+		var j qmp.BlockJobErrorEvent
+		_ = ev.Decode(&j)
+		klog.InfoS("Disk mirror I/O error", "vmi", klog.KObj(r.l.vmi), "job", j.Device, "operation", j.Operation, "action", j.Action)
+	case qmp.EventMigrationPass:
+		info, err := r.l.mon.QueryMigrate(ctx)
+		if err == nil {
+			r.update(info)
+		}
+	case qmp.EventMigration:
+		var m qmp.MigrationEvent
+		if ev.Decode(&m) != nil {
+			return false, nil
+		}
+		return r.status(ctx, m.Status)
+	}
+	return false, nil
+}
+
+// status reacts to the migration's new status.
+func (r *sourceRun) status(ctx context.Context, st string) (bool, error) {
+	r.mig.Status = st
+	r.l.setMigration(r.mig)
+	switch st {
+	case qmp.MigrationStatusPreSwitchover:
+		if r.abort != nil || r.cancelReq {
+			return false, r.cancel(ctx, errCanceled)
+		}
+		r.switching = true
+		if len(r.s.disks) == 0 {
+			return false, r.continueSwitchover(ctx)
+		}
+		// The guest is paused: bring each mirror's target in sync and end
+		// the job without pivoting (cancel on a ready mirror), so the
+		// source keeps its own disks if the switchover fails.
+		for i := range r.s.disks {
+			if err := r.l.mon.BlockJobCancel(ctx, mirrorJob(i), false); err != nil {
+				return false, r.cancel(ctx, fmt.Errorf("finishing disk mirror %s: %w", mirrorJob(i), err))
+			}
+		}
+	case qmp.MigrationStatusCompleted:
+		return true, r.final(ctx)
+	case qmp.MigrationStatusFailed:
+		info, _ := r.l.mon.QueryMigrate(ctx)
+		r.update(info)
+		if r.abort != nil {
+			return true, r.abort
+		}
+		return true, fmt.Errorf("QEMU: the migration failed: %s", info.ErrorDesc)
+	case qmp.MigrationStatusCancelled:
+		if r.abort != nil {
+			return true, r.abort
+		}
+		return true, errCanceled
+	}
+	return false, nil
+}
+
+// continueSwitchover lets QEMU send the devices' state and finish.
+func (r *sourceRun) continueSwitchover(ctx context.Context) error {
+	if r.cancelReq || r.abort != nil {
+		return r.cancel(ctx, errCanceled)
+	}
+	if err := r.l.mon.MigrateContinue(ctx, qmp.MigrationStatusPreSwitchover); err != nil {
+		return r.cancel(ctx, fmt.Errorf("migrate-continue: %w", err))
+	}
+	return nil
+}
+
+// final reads the completed migration's figures; QEMU 7.2 may report
+// completed before it set its times, so it asks again (a few times).
+func (r *sourceRun) final(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 50; i++ {
+		info, err := r.l.mon.QueryMigrate(ctx)
+		if err != nil {
+			return fmt.Errorf("query-migrate after completion: %w", err)
+		}
+		r.update(info)
+		if info.TotalTime > 0 {
+			return nil
+		}
+		<-tick.C
+	}
+	return nil
+}
