@@ -430,7 +430,51 @@ func printDomain(w io.Writer, d *rpc.Domain) {
 		}
 		row("nic", "%s", desc)
 	}
+	if m := d.GetMigration(); m != nil {
+		row("migration", "%s", migrationSummary(m))
+	}
 	row("seq", "%d", d.GetSeq())
+}
+
+// migrationSummary is one line of a migration's progress or outcome: role,
+// status, mode, RAM moved, disks mirrored, times.
+func migrationSummary(m *rpc.MigrationState) string {
+	parts := []string{strings.ToLower(m.GetRole().String()), m.GetStatus()}
+	if m.GetMode() == rpc.MigrationMode_PostCopy {
+		parts = append(parts, "post-copy")
+	}
+	if t := m.GetBytesTotal(); t > 0 {
+		ram := fmt.Sprintf("RAM %s sent of %s, %s left", bytesString(m.GetBytesTransferred()), bytesString(t), bytesString(m.GetBytesRemaining()))
+		if p := m.GetPasses(); p > 0 {
+			ram += fmt.Sprintf(", %d passes", p)
+		}
+		if r := m.GetDirtyPagesRate(); r > 0 {
+			ram += fmt.Sprintf(", %d dirty pages/s", r)
+		}
+		parts = append(parts, ram)
+	}
+	if t := m.GetDiskBytesTotal(); t > 0 {
+		parts = append(parts, fmt.Sprintf("disks %s of %s", bytesString(m.GetDiskBytesCopied()), bytesString(t)))
+	}
+	var times []string
+	for _, t := range []struct {
+		name string
+		ms   int64
+	}{{"total", m.GetTotalMs()}, {"setup", m.GetSetupMs()}, {"downtime", m.GetDowntimeMs()}} {
+		if t.ms > 0 {
+			times = append(times, fmt.Sprintf("%s %s", t.name, time.Duration(t.ms)*time.Millisecond))
+		}
+	}
+	if len(times) == 0 && m.GetStartedUnixNano() > 0 {
+		times = append(times, "running for "+time.Since(time.Unix(0, m.GetStartedUnixNano())).Round(100*time.Millisecond).String())
+	}
+	if len(times) > 0 {
+		parts = append(parts, strings.Join(times, ", "))
+	}
+	if m.GetMessage() != "" {
+		parts = append(parts, m.GetMessage())
+	}
+	return strings.Join(parts, "; ")
 }
 
 func printEvent(w io.Writer, ev *rpc.WatchEvent) {
@@ -451,6 +495,9 @@ func printEvent(w io.Writer, ev *rpc.WatchEvent) {
 			state += ": " + d.GetMessage()
 		}
 		fmt.Fprintf(w, "%s domain %s [seq %d]\n", stamp(d.GetSinceUnixNano()), state, d.GetSeq())
+		if m := d.GetMigration(); m != nil {
+			fmt.Fprintf(w, "%s migration %s\n", stamp(d.GetSinceUnixNano()), migrationSummary(m))
+		}
 	case ev.GetQmpEvent() != nil:
 		q := ev.GetQmpEvent()
 		data := q.GetDataJson()
