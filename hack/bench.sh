@@ -51,13 +51,15 @@ section testguest "Test guest: QEMU (TCG) boot to the ready marker" \
 section qmp "QMP: query-status round trip vs a raw socket, event fan-out (real QEMU, TCG)" \
 	go test -tags qemu -run '^$' -bench . -benchmem -count 3 -timeout 20m ./qmp/
 section launcher "Launcher: start latency (exec -> running, excluding guest boot) and launcher RSS with one VM" \
-	go test -tags qemu -run '^$' -bench . -benchtime 10x -timeout 20m ./launcher/
+	go test -tags qemu -run '^$' -bench 'Start|LauncherRSS' -benchtime 10x -timeout 20m ./launcher/
 section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, VMIs Scheduling (real etcd + kube-apiserver; restart=true replaces the controller halfway)" \
 	go test -tags cluster -run '^$' -bench BenchmarkBurst200 -benchtime 1x -timeout 20m ./controller/vmi/
 section images "Images: make images (kemu-launcher, kemu-controller, kemu-nodeagent as OCI archives, warm Go build cache); compressed and unpacked sizes" \
 	go test -tags qemu -run '^$' -bench Images -benchtime 1x -timeout 20m ./hack/images/
 section cluster "Test cluster: control plane + N nodes (each in its own namespaces) from warm binaries: start, idle RSS, stop; 1 node vs 2 nodes" \
 	go test -tags cluster -run '^$' -bench BenchmarkNodes -benchtime 3x -timeout 20m ./test/cluster/
+section migration "Migration: idle 256 MiB guest between two launchers over unix sockets vs two plain QEMUs (same argv and capabilities) in the same run; a guest dirtying 24 MiB/s at 16 MiB/s and a 20 ms downtime limit, without and with auto-converge (TCG)" \
+	go test -tags qemu -run '^$' -bench BenchmarkMigration -benchtime 5x -timeout 40m ./launcher/
 # e2e: needs the images current (skipped when up to date) and the test guest's images.
 bash hack/images/build.sh >/dev/null
 section e2e "End to end: VMI create -> Running on a real node (kubelet, containerd, kemu deployed with kubectl apply -k; TCG), 1 VMI alone and a burst of 10" \

@@ -44,7 +44,7 @@ type target struct {
 	w  *testguest.Watcher
 }
 
-func startTarget(t *testing.T, yaml string) *target {
+func startTarget(t testing.TB, yaml string) *target {
 	t.Helper()
 	l, err := New(newConfig(t, parseVMI(t, yaml)))
 	if err != nil {
@@ -77,13 +77,13 @@ func startTarget(t *testing.T, yaml string) *target {
 }
 
 // bootedSource starts the source guest and waits for its first tick.
-func bootedSource(t *testing.T, yaml string) (*vm, testguest.Marker) {
+func bootedSource(t testing.TB, yaml string) (*vm, testguest.Marker) {
 	src := start(t, newConfig(t, parseVMI(t, yaml)))
 	src.wait(bootTimeout, testguest.IsKind("ready"))
 	return src, src.wait(bootTimeout, testguest.IsKind("tick"))
 }
 
-func waitDomain(t *testing.T, l *Launcher, what string, f func(Domain) bool) Domain {
+func waitDomain(t testing.TB, l *Launcher, what string, f func(Domain) bool) Domain {
 	t.Helper()
 	d, err := l.Watch(false).WaitFor(ctxFor(t, migrationTimeout), f)
 	if err != nil {

@@ -129,7 +129,10 @@ func (l *Launcher) runSource(s *sourceMigration, sub *qmp.Subscription, mig *Mig
 		s.mu.Lock()
 		s.completed = true
 		s.mu.Unlock()
-		l.state.handle(event{kind: evMigrationCompleted})
+		// The status completed and its figures become visible in one
+		// change, once FinalizeMigration accepts the call.
+		c := *r.mig
+		l.state.handle(event{kind: evMigrationCompleted, migration: &c})
 		klog.InfoS("Migration completed; the source waits paused for the target", "vmi", klog.KObj(l.vmi),
 			"total", r.mig.Total, "downtime", r.mig.Downtime, "setup", r.mig.Setup, "transferred", r.mig.BytesTransferred, "passes", r.mig.Passes)
 	case errors.Is(err, errCanceled):

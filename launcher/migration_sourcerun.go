@@ -251,6 +251,11 @@ func (r *sourceRun) handle(ctx context.Context, ev qmp.Event) (bool, error) {
 
 // status reacts to the migration's new status.
 func (r *sourceRun) status(ctx context.Context, st string) (bool, error) {
+	if st == qmp.MigrationStatusCompleted {
+		// Published with its final figures only: a watcher that sees
+		// completed reads QEMU's total and downtime.
+		return true, r.final(ctx)
+	}
 	r.mig.Status = st
 	r.l.setMigration(r.mig)
 	switch st {
@@ -270,8 +275,6 @@ func (r *sourceRun) status(ctx context.Context, st string) (bool, error) {
 				return false, r.cancel(ctx, fmt.Errorf("finishing disk mirror %s: %w", mirrorJob(i), err))
 			}
 		}
-	case qmp.MigrationStatusCompleted:
-		return true, r.final(ctx)
 	case qmp.MigrationStatusFailed:
 		info, _ := r.l.mon.QueryMigrate(ctx)
 		r.update(info)
@@ -299,21 +302,30 @@ func (r *sourceRun) continueSwitchover(ctx context.Context) error {
 	return nil
 }
 
-// final reads the completed migration's figures; QEMU 7.2 may report
-// completed before it set its times, so it asks again (a few times).
+// finalQueries bounds final's re-queries (20 ms apart).
+const finalQueries = 50
+
+// final reads the completed migration's figures (status completed, not
+// published yet). QEMU 7.2 sends the event (and answers
+// query-migrate with status completed and zero times) before it computed
+// total and downtime (migration_calculate_complete), so it asks again
+// until the times are there; the figures of the completion's last pass
+// (status active: no downtime) are never published as completed.
+// Downtime is QEMU's: from the source's vCPU stop to the end of the
+// stream, the wait at pre-switchover for migrate-continue included.
 func (r *sourceRun) final(ctx context.Context) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for i := 0; i < 50; i++ {
+	for i := 1; ; i++ {
 		info, err := r.l.mon.QueryMigrate(ctx)
 		if err != nil {
 			return fmt.Errorf("query-migrate after completion: %w", err)
 		}
-		r.update(info)
-		if info.TotalTime > 0 {
-			return nil
+		if info.TotalTime > 0 || i == finalQueries {
+			r.mig = r.mig.withInfo(info)
+			r.mig.Status = qmp.MigrationStatusCompleted
+			return nil // runSource publishes it with evMigrationCompleted
 		}
 		<-tick.C
 	}
-	return nil
 }

@@ -136,7 +136,8 @@ type event struct {
 	// its last output, added to the message of a crash
 	code   int
 	detail string
-	// evMigrationProgress: the figures (copied); evMigrationAborted: QEMU's
+	// evMigrationProgress, evMigrationCompleted: the figures (copied; the
+	// final ones with the status completed); evMigrationAborted: QEMU's
 	// run state after it (running), why (reason) and the message
 	migration *Migration
 	reason    Reason
@@ -222,6 +223,9 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 		}
 	case evMigrationCompleted:
 		d.Message = "migrated: waiting for the target to run"
+		if ev.migration != nil {
+			d.Migration = ev.migration
+		}
 	case evMigrationFinal:
 		m.migrated = true
 	case evIncomingFailed:
