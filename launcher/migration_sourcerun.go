@@ -23,6 +23,7 @@ type sourceRun struct {
 	ramStarted      bool
 	switching       bool  // migrate-continue path taken (mirrors finishing)
 	abort           error // why the launcher canceled, once it did
+	completing      bool  // QEMU's completed event arrived: final publishes it
 	best            int64 // the least remaining data seen
 	progressed      bool  // remaining decreased since the last check
 	cancelReq       bool  // CancelMigration arrived
@@ -186,6 +187,11 @@ func (r *sourceRun) remaining(ctx context.Context) (int64, error) {
 }
 
 func (r *sourceRun) update(info qmp.MigrationInfo) {
+	if info.Status == qmp.MigrationStatusCompleted && !r.completing {
+		// A query racing QEMU's completion: its times are not set yet;
+		// the MIGRATION event follows and final reads them.
+		return
+	}
 	r.mig = r.mig.withInfo(info)
 	if info.RAM != nil && r.best >= 0 && info.RAM.Remaining < r.best {
 		r.best, r.progressed = info.RAM.Remaining, true
@@ -195,7 +201,11 @@ func (r *sourceRun) update(info qmp.MigrationInfo) {
 
 // startRAM starts moving RAM, once the disks are in sync.
 func (r *sourceRun) startRAM(ctx context.Context) error {
-	if err := r.l.mon.Migrate(ctx, "unix:"+r.s.mainSocket); err != nil {
+	if err := r.l.passSocket(ctx, migrationMainFD, r.s.mainSocket); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := r.l.mon.Migrate(ctx, "fd:"+migrationMainFD); err != nil {
+		r.l.dropFD(ctx, migrationMainFD)
 		return fmt.Errorf("migrate: %w", err)
 	}
 	r.ramStarted = true
@@ -252,7 +262,11 @@ func (r *sourceRun) handle(ctx context.Context, ev qmp.Event) (bool, error) {
 // status reacts to the migration's new status.
 func (r *sourceRun) status(ctx context.Context, st string) (bool, error) {
 	r.mig.Status = st
-	r.l.setMigration(r.mig)
+	if st != qmp.MigrationStatusCompleted {
+		// completed is published by final, with QEMU's figures: a
+		// watcher that sees it must not read the zero times before.
+		r.l.setMigration(r.mig)
+	}
 	switch st {
 	case qmp.MigrationStatusPreSwitchover:
 		if r.abort != nil || r.cancelReq {
@@ -271,6 +285,7 @@ func (r *sourceRun) status(ctx context.Context, st string) (bool, error) {
 			}
 		}
 	case qmp.MigrationStatusCompleted:
+		r.completing = true
 		return true, r.final(ctx)
 	case qmp.MigrationStatusFailed:
 		info, _ := r.l.mon.QueryMigrate(ctx)
