@@ -36,7 +36,8 @@ func mirrorNode(i int) string { return fmt.Sprintf("migration-dst%d", i) }
 func mirrorJob(i int) string  { return fmt.Sprintf("migration-mirror%d", i) }
 
 // Migrate starts migrating the running (or paused) guest to the target
-// listening on mainSocket (and diskSocket for the copied disks): it sets
+// listening on mainSocket (and diskSocket for the copied disks), unix
+// sockets the launcher connects to and passes to QEMU: it sets
 // the capabilities and parameters, attaches the target's NBD exports and
 // starts the disk mirrors, and returns; the rest follows QEMU's events
 // (runSource). Progress and the outcome are in Domain.Migration.
@@ -103,7 +104,13 @@ func (l *Launcher) setupSource(ctx context.Context, s *sourceMigration) error {
 		return fmt.Errorf("launcher: migration parameters: %w", err)
 	}
 	for i, d := range s.disks {
-		if err := l.mon.BlockdevAddNBD(ctx, mirrorNode(i), s.diskSocket, d.Node); err != nil {
+		// One connection per NBD client, made by the launcher and passed
+		// to QEMU (migration_fd.go).
+		if err := l.passSocket(ctx, migrationDiskFD(i), s.diskSocket); err != nil {
+			return fmt.Errorf("launcher: attaching the target's disk %s: %w", d.Name, err)
+		}
+		if err := l.mon.BlockdevAddNBDFD(ctx, mirrorNode(i), migrationDiskFD(i), d.Node); err != nil {
+			l.dropFD(ctx, migrationDiskFD(i))
 			return fmt.Errorf("launcher: attaching the target's disk %s: %w", d.Name, err)
 		}
 		// top: a containerDisk's target has the same base image, so only

@@ -186,6 +186,11 @@ func (r *sourceRun) remaining(ctx context.Context) (int64, error) {
 }
 
 func (r *sourceRun) update(info qmp.MigrationInfo) {
+	if info.Status == qmp.MigrationStatusCompleted {
+		// A query racing QEMU's completion: its times are not set yet;
+		// the MIGRATION event follows and final publishes them.
+		return
+	}
 	r.mig = r.mig.withInfo(info)
 	if info.RAM != nil && r.best >= 0 && info.RAM.Remaining < r.best {
 		r.best, r.progressed = info.RAM.Remaining, true
@@ -195,7 +200,11 @@ func (r *sourceRun) update(info qmp.MigrationInfo) {
 
 // startRAM starts moving RAM, once the disks are in sync.
 func (r *sourceRun) startRAM(ctx context.Context) error {
-	if err := r.l.mon.Migrate(ctx, "unix:"+r.s.mainSocket); err != nil {
+	if err := r.l.passSocket(ctx, migrationMainFD, r.s.mainSocket); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := r.l.mon.Migrate(ctx, "fd:"+migrationMainFD); err != nil {
+		r.l.dropFD(ctx, migrationMainFD)
 		return fmt.Errorf("migrate: %w", err)
 	}
 	r.ramStarted = true

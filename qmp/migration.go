@@ -42,6 +42,7 @@ const (
 	MirrorSyncTop         = "top"  // only the top image
 	BlockExportTypeNBD    = "nbd"
 	SocketAddressTypeUnix = "unix"
+	SocketAddressTypeFD   = "fd"
 )
 
 // Events of migration and block jobs.
@@ -143,6 +144,13 @@ type unixAddr struct {
 	Path string `json:"path"`
 }
 
+// fdAddr is a SocketAddress of type fd: a descriptor passed with getfd
+// under the name Str (QEMU's String member).
+type fdAddr struct {
+	Type string `json:"type"`
+	Str  string `json:"str"`
+}
+
 // NBDServerStart starts QEMU's NBD server listening on the unix socket path.
 func (m *Monitor) NBDServerStart(ctx context.Context, path string) error {
 	// nbd-server-start takes the legacy SocketAddress: {type, data: {path}}.
@@ -168,6 +176,16 @@ func (m *Monitor) BlockdevAddNBD(ctx context.Context, nodeName, path, export str
 	return m.BlockdevAdd(ctx, map[string]any{
 		"driver": "nbd", "node-name": nodeName, "export": export,
 		"server": unixAddr{Type: SocketAddressTypeUnix, Path: path},
+	})
+}
+
+// BlockdevAddNBDFD adds nodeName, an NBD client of export over the
+// connected socket passed with getfd under fdName; QEMU takes the
+// descriptor (a later closefd of that name fails).
+func (m *Monitor) BlockdevAddNBDFD(ctx context.Context, nodeName, fdName, export string) error {
+	return m.BlockdevAdd(ctx, map[string]any{
+		"driver": "nbd", "node-name": nodeName, "export": export,
+		"server": fdAddr{Type: SocketAddressTypeFD, Str: fdName},
 	})
 }
 

@@ -70,6 +70,11 @@ func TestMigrationCommands(t *testing.T) {
 			call: func(ctx context.Context, m *Monitor) (any, error) {
 				return nil, m.BlockdevAddNBD(ctx, "mig-root", "/run/x/disk.sock", "drive-root")
 			}},
+		{name: "blockdev-add nbd fd", execute: "blockdev-add",
+			args: `{"driver":"nbd","export":"drive-root","node-name":"mig-root","server":{"type":"fd","str":"mig-nbd0"}}`,
+			call: func(ctx context.Context, m *Monitor) (any, error) {
+				return nil, m.BlockdevAddNBDFD(ctx, "mig-root", "mig-nbd0", "drive-root")
+			}},
 		{name: "blockdev-mirror", execute: "blockdev-mirror",
 			args: `{"job-id":"mirror-root","device":"drive-root","target":"mig-root","sync":"full","auto-dismiss":true}`,
 			call: func(ctx context.Context, m *Monitor) (any, error) {
