@@ -100,16 +100,7 @@ func start(t testing.TB, cfg Config) *vm {
 		t.Fatal(err)
 	}
 	t.Cleanup(detach)
-	pr, pw := io.Pipe()
-	go func() {
-		for b := range out {
-			if _, err := pw.Write(b); err != nil {
-				return
-			}
-		}
-		pw.Close()
-	}()
-	v.w = testguest.NewWatcher(pr)
+	v.w = testguest.NewChanWatcher(out)
 	return v
 }
 

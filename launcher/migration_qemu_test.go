@@ -64,16 +64,7 @@ func startTarget(t testing.TB, yaml string) *target {
 		t.Fatal(err)
 	}
 	t.Cleanup(detach)
-	pr, pw := io.Pipe()
-	go func() {
-		for b := range out {
-			if _, err := pw.Write(b); err != nil {
-				return
-			}
-		}
-		pw.Close()
-	}()
-	return &target{l: l, at: at, w: testguest.NewWatcher(pr)}
+	return &target{l: l, at: at, w: testguest.NewChanWatcher(out)}
 }
 
 // bootedSource starts the source guest and waits for its first tick.

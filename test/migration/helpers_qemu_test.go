@@ -4,7 +4,6 @@ package migration
 
 import (
 	"context"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,16 +83,7 @@ func newGuest(t *testing.T, yaml string, begin func(context.Context, *launcher.L
 		t.Fatal(err)
 	}
 	t.Cleanup(detach)
-	pr, pw := io.Pipe()
-	go func() {
-		for b := range out {
-			if _, err := pw.Write(b); err != nil {
-				return
-			}
-		}
-		pw.Close()
-	}()
-	return &guest{l: l, cfg: cfg, w: testguest.NewWatcher(pr)}
+	return &guest{l: l, cfg: cfg, w: testguest.NewChanWatcher(out)}
 }
 
 func (g *guest) wait(t *testing.T, pred testguest.Predicate) testguest.Marker {

@@ -43,6 +43,21 @@ func NewWatcher(r io.Reader, opts ...WatcherOption) *Watcher {
 	return w
 }
 
+// NewChanWatcher watches a console delivered as chunks on a channel (the
+// launcher's Console), until the channel is closed.
+func NewChanWatcher(out <-chan []byte, opts ...WatcherOption) *Watcher {
+	pr, pw := io.Pipe()
+	go func() {
+		for b := range out {
+			if _, err := pw.Write(b); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	return NewWatcher(pr, opts...)
+}
+
 func (w *Watcher) read(r io.Reader) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var err error
