@@ -12,10 +12,12 @@ import (
 )
 
 // The target's migration sockets, in its runtime directory: QEMU listens
-// on them (migrate-incoming and its NBD server).
+// on the first two (migrate-incoming and its NBD server), the launcher on
+// the control socket (migration_control.go).
 const (
-	MigrationSocketName     = "migration.sock"
-	MigrationDiskSocketName = "migration-nbd.sock"
+	MigrationSocketName        = "migration.sock"
+	MigrationDiskSocketName    = "migration-nbd.sock"
+	MigrationControlSocketName = "migration-control.sock"
 )
 
 // Migration policy defaults (KubeVirt's).

@@ -95,7 +95,7 @@ func launcherMigration(tb testing.TB, yaml string, marker testguest.Predicate, p
 	defer resume.Close()
 	main, disk := path(tb, dst.at)
 	t0 := time.Now()
-	if err := src.l.Migrate(ctxFor(tb, stepTimeout), main, disk, opts); err != nil {
+	if err := src.l.Migrate(ctxFor(tb, stepTimeout), MigrationTarget{MainSocket: main, DiskSocket: disk}, opts); err != nil {
 		tb.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(tb, src.l, "the source's outcome", migrationStatus(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))

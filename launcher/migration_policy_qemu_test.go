@@ -19,7 +19,7 @@ func TestMigrationFiguresAtCompletion(t *testing.T) {
 	src, _ := bootedSource(t, kbootMigrationVMI)
 	dst := startTarget(t, kbootMigrationVMI)
 	w := src.l.Watch(false)
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{}); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, MigrationOptions{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d, err := w.WaitFor(ctxFor(t, migrationTimeout), migrationStatus(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))
@@ -44,7 +44,7 @@ func TestMigrationCompletionTimeoutCancels(t *testing.T) {
 	pid := src.l.Domain().PID
 	dst := startTarget(t, kbootMigrationVMI)
 	opts := MigrationOptions{Bandwidth: 1 << 20, CompletionTimeoutPerGiB: 3 * time.Second}
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, opts); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, opts); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "the source back", func(d Domain) bool { return d.State != StateMigrating })
@@ -69,7 +69,7 @@ func TestMigrationTargetKilledAfterCompleted(t *testing.T) {
 	dst := startPlain(t, argv, runDir, true)
 	sock := dst.listen(t, false)
 	ctx := ctxFor(t, stepTimeout)
-	if err := src.l.Migrate(ctx, sock, "", MigrationOptions{}); err != nil {
+	if err := src.l.Migrate(ctx, MigrationTarget{MainSocket: sock}, MigrationOptions{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "the source's completion", migrationStatus(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))
@@ -136,7 +136,7 @@ func TestMigrationCompletionTimeoutPostCopy(t *testing.T) {
 	dstEv := dst.mon.Subscribe(qmp.WithFilter(qmp.AnyOf(qmp.EventMigration)), qmp.WithBuffer(64))
 	defer dstEv.Close()
 	opts := MigrationOptions{Bandwidth: 4 << 20, CompletionTimeoutPerGiB: 3 * time.Second, AllowPostCopy: true}
-	if err := src.l.Migrate(ctx, sock, "", opts); err != nil {
+	if err := src.l.Migrate(ctx, MigrationTarget{MainSocket: sock}, opts); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "post-copy", func(d Domain) bool { return d.Migration != nil && d.Migration.Mode == ModePostCopy })

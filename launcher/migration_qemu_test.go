@@ -117,7 +117,7 @@ func TestMigrationIdleGuest(t *testing.T) {
 		t.Fatal("no NBD socket: the containerDisk and emptyDisk must be copied")
 	}
 	t0 := time.Now()
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{}); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, MigrationOptions{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "the source's completion", migrationStatus(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))
@@ -161,7 +161,7 @@ func TestMigrationTargetKilled(t *testing.T) {
 	src, _ := bootedSource(t, migrationVMI)
 	pid := src.l.Domain().PID
 	dst := startTarget(t, migrationVMI)
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	waitDomain(t, src.l, "RAM moving", migrationStatus(qmp.MigrationStatusActive))
@@ -187,7 +187,7 @@ func TestMigrationCancel(t *testing.T) {
 	src, _ := bootedSource(t, migrationVMI)
 	pid := src.l.Domain().PID
 	dst := startTarget(t, migrationVMI)
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at.MainSocket, dst.at.DiskSocket, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, MigrationOptions{Bandwidth: 1 << 20}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	waitDomain(t, src.l, "RAM moving", migrationStatus(qmp.MigrationStatusActive))
@@ -216,7 +216,7 @@ func TestMigrationProgressTimeout(t *testing.T) {
 	dst := startTarget(t, migrationVMI)
 	stalled := stallingProxy(t, dst.at.MainSocket, 4<<20)
 	opts := MigrationOptions{ProgressTimeout: 3 * time.Second}
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), stalled, dst.at.DiskSocket, opts); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), MigrationTarget{MainSocket: stalled, DiskSocket: dst.at.DiskSocket, ControlSocket: dst.at.ControlSocket}, opts); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "the source back", func(d Domain) bool { return d.State != StateMigrating })

@@ -20,43 +20,47 @@ type sourceMigration struct {
 	diskSocket string
 	disks      []copiedDisk
 	wasRunning bool
+	control    *controlClient // nil without a control channel
 
 	cancelOnce sync.Once
 	cancelCh   chan struct{} // closed by CancelMigration
 
-	mu        sync.Mutex
-	postcopy  bool // migrate-start-postcopy sent: no way back
-	completed bool // QEMU sent everything; the source waits paused
-	ended     bool // failed or canceled: the source has the guest again
-	done      chan struct{}
+	mu         sync.Mutex
+	postcopy   bool // migrate-start-postcopy sent: no way back
+	completed  bool // QEMU sent everything; the source waits paused
+	resuming   bool // after completed: the source takes the guest back
+	finalizing bool // after completed: the source quits
+	ended      bool // failed or canceled: the source has the guest again
+	done       chan struct{}
 }
 
 // mirror names: the NBD client node and the job of disk i.
 func mirrorNode(i int) string { return fmt.Sprintf("migration-dst%d", i) }
 func mirrorJob(i int) string  { return fmt.Sprintf("migration-mirror%d", i) }
 
-// Migrate starts migrating the running (or paused) guest to the target
-// listening on mainSocket (and diskSocket for the copied disks), unix
-// sockets the launcher connects to and passes to QEMU: it sets
-// the capabilities and parameters, attaches the target's NBD exports and
+// Migrate starts migrating the running (or paused) guest to the target,
+// whose sockets (to.MainSocket, to.DiskSocket for the copied disks, and
+// to.ControlSocket, the target launcher's control channel, when given)
+// the launcher connects to; the first two it passes to QEMU. It sets the
+// capabilities and parameters, attaches the target's NBD exports and
 // starts the disk mirrors, and returns; the rest follows QEMU's events
 // (runSource). Progress and the outcome are in Domain.Migration.
-func (l *Launcher) Migrate(ctx context.Context, mainSocket, diskSocket string, opts MigrationOptions) error {
+func (l *Launcher) Migrate(ctx context.Context, to MigrationTarget, opts MigrationOptions) error {
 	d := l.Domain()
 	if d.State != StateRunning && d.State != StatePaused {
 		return fmt.Errorf("%w: the domain is %s", ErrMigrationState, d)
 	}
-	if mainSocket == "" {
+	if to.MainSocket == "" {
 		return fmt.Errorf("%w: no target socket", ErrMigrationState)
 	}
 	disks, err := l.copiedDisks()
 	if err != nil {
 		return err
 	}
-	if len(disks) > 0 && diskSocket == "" {
+	if len(disks) > 0 && to.DiskSocket == "" {
 		return fmt.Errorf("%w: %d disks must be copied and no disk socket was given", ErrMigrationState, len(disks))
 	}
-	s := &sourceMigration{opts: opts.withDefaults(), mainSocket: mainSocket, diskSocket: diskSocket, disks: disks,
+	s := &sourceMigration{opts: opts.withDefaults(), mainSocket: to.MainSocket, diskSocket: to.DiskSocket, disks: disks,
 		wasRunning: d.State == StateRunning, cancelCh: make(chan struct{}), done: make(chan struct{})}
 	l.migMu.Lock()
 	if l.source != nil && !l.source.isEnded() {
@@ -73,13 +77,20 @@ func (l *Launcher) Migrate(ctx context.Context, mainSocket, diskSocket string, o
 	}
 	l.setMigration(mig)
 	l.state.handle(event{kind: evMigrationStarted})
+	if to.ControlSocket != "" {
+		if s.control, err = dialControl(ctx, to.ControlSocket); err != nil {
+			sub.Close()
+			l.abortSource(s, mig, ReasonMigrationFailed, err)
+			return err
+		}
+	}
 	if err := l.setupSource(ctx, s); err != nil {
 		sub.Close()
 		l.abortSource(s, mig, ReasonMigrationFailed, err)
 		return err
 	}
 	go l.runSource(s, sub, mig)
-	klog.InfoS("Migration started", "vmi", klog.KObj(l.vmi), "target", mainSocket, "disks", len(disks),
+	klog.InfoS("Migration started", "vmi", klog.KObj(l.vmi), "target", to.MainSocket, "control", s.control != nil, "disks", len(disks),
 		"bandwidth", s.opts.Bandwidth, "postCopy", s.opts.AllowPostCopy, "autoConverge", s.opts.AllowAutoConverge)
 	return nil
 }
@@ -142,6 +153,9 @@ func (l *Launcher) runSource(s *sourceMigration, sub *qmp.Subscription, mig *Mig
 		l.state.handle(event{kind: evMigrationCompleted, migration: &c})
 		klog.InfoS("Migration completed; the source waits paused for the target", "vmi", klog.KObj(l.vmi),
 			"total", r.mig.Total, "downtime", r.mig.Downtime, "setup", r.mig.Setup, "transferred", r.mig.BytesTransferred, "passes", r.mig.Passes)
+		if s.control != nil {
+			go l.followTarget(s)
+		}
 	case errors.Is(err, errCanceled):
 		l.abortSource(s, r.mig, ReasonMigrationCanceled, err)
 	default:
@@ -156,6 +170,7 @@ func (l *Launcher) abortSource(s *sourceMigration, mig *Migration, reason Reason
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	klog.InfoS("Migration ended without a switchover; the source keeps the guest", "vmi", klog.KObj(l.vmi), "reason", reason, "err", cause)
+	s.control.close()
 	l.removeMirrors(ctx, s)
 	running := false
 	if st, err := l.mon.QueryStatus(ctx); err == nil {
@@ -212,6 +227,38 @@ func (l *Launcher) removeMirrors(ctx context.Context, s *sourceMigration) {
 	}
 }
 
+// claim sets *flag (resuming or finalizing) when the migration completed
+// and neither happened yet: the one way out of a completed migration.
+func (s *sourceMigration) claim(flag *bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.completed || s.ended || s.resuming || s.finalizing {
+		return false
+	}
+	*flag = true
+	return true
+}
+
+// followTarget reads the control channel after the source completed: a
+// target that says failed (its QEMU is gone) gives the guest back to the
+// source at once; running or a lost channel leave the decision to the
+// orchestrator (FinalizeMigration or CancelMigration).
+func (l *Launcher) followTarget(s *sourceMigration) {
+	for m := range s.control.updates {
+		switch m.State {
+		case ControlRunning:
+			klog.InfoS("The migration target runs the guest", "vmi", klog.KObj(l.vmi))
+			return
+		case ControlFailed:
+			if s.claim(&s.resuming) {
+				l.abortSource(s, l.migrationOf(), ReasonMigrationFailed, fmt.Errorf("the target did not take the guest: %s", m.Message))
+			}
+			return
+		}
+	}
+	klog.InfoS("The migration control channel ended after completion; waiting for finalize or cancel", "vmi", klog.KObj(l.vmi), "err", s.control.ended())
+}
+
 func (s *sourceMigration) isEnded() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,6 +283,9 @@ func (l *Launcher) CancelMigration(ctx context.Context) error {
 	case postcopy:
 		return ErrPostCopy
 	case completed:
+		if !s.claim(&s.resuming) {
+			return fmt.Errorf("%w: the source is already ending", ErrMigrationState)
+		}
 		l.abortSource(s, l.migrationOf(), ReasonMigrationFailed, errors.New("the target did not take the guest"))
 		return nil
 	}
@@ -257,12 +307,10 @@ func (l *Launcher) FinalizeMigration(ctx context.Context) (Domain, error) {
 	if s == nil {
 		return l.Domain(), fmt.Errorf("%w: no migration", ErrMigrationState)
 	}
-	s.mu.Lock()
-	completed := s.completed && !s.ended
-	s.mu.Unlock()
-	if !completed {
-		return l.Domain(), fmt.Errorf("%w: the migration has not completed", ErrMigrationState)
+	if !s.claim(&s.finalizing) {
+		return l.Domain(), fmt.Errorf("%w: the migration has not completed, or the source is resuming", ErrMigrationState)
 	}
+	s.control.close()
 	l.state.handle(event{kind: evMigrationFinal})
 	return l.Stop(ctx)
 }

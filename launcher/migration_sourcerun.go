@@ -67,6 +67,10 @@ func (r *sourceRun) loop(sub *qmp.Subscription) error {
 	defer progress.Stop()
 	r.best = -1
 	cancelCh := r.s.cancelCh
+	var control <-chan controlMessage
+	if r.s.control != nil {
+		control = r.s.control.updates
+	}
 	if len(r.s.disks) == 0 {
 		if err := r.startRAM(ctx); err != nil {
 			return err
@@ -79,6 +83,13 @@ func (r *sourceRun) loop(sub *qmp.Subscription) error {
 			r.cancelReq = true
 			if err := r.cancel(ctx, errCanceled); err != nil {
 				return err
+			}
+		case m, ok := <-control:
+			if err := r.controlUpdate(ctx, m, ok); err != nil {
+				return err
+			}
+			if !ok || m.State != ControlWaiting {
+				control = nil
 			}
 		case <-completion.C:
 			if err := r.completionTimeout(ctx); err != nil {
@@ -115,6 +126,31 @@ func (r *sourceRun) cancel(ctx context.Context, cause error) error {
 	}
 	if err := r.l.mon.MigrateCancel(ctx); err != nil {
 		return fmt.Errorf("migrate_cancel: %w (after: %v)", err, cause)
+	}
+	return nil
+}
+
+// controlUpdate reacts to the target's control channel before the
+// source completed: a channel gone before the switchover, or a target
+// that failed, cancels; after migrate-continue QEMU's own outcome decides.
+func (r *sourceRun) controlUpdate(ctx context.Context, m controlMessage, ok bool) error {
+	switch {
+	case !ok && !r.switching:
+		return r.cancel(ctx, fmt.Errorf("the migration control channel to the target is gone: %v", r.s.control.ended()))
+	case ok && m.State == ControlFailed:
+		return r.cancel(ctx, fmt.Errorf("the target failed: %s", m.Message))
+	}
+	return nil
+}
+
+// controlLost says why the control channel is gone, nil while it is up
+// (or when there is none).
+func (r *sourceRun) controlLost() error {
+	if r.s.control == nil {
+		return nil
+	}
+	if err := r.s.control.ended(); err != nil {
+		return fmt.Errorf("the migration control channel to the target is gone: %w", err)
 	}
 	return nil
 }
@@ -271,6 +307,10 @@ func (r *sourceRun) status(ctx context.Context, st string) (bool, error) {
 	case qmp.MigrationStatusPreSwitchover:
 		if r.abort != nil || r.cancelReq {
 			return false, r.cancel(ctx, errCanceled)
+		}
+		// The last point of return: the target must still be there.
+		if err := r.controlLost(); err != nil {
+			return false, r.cancel(ctx, err)
 		}
 		r.switching = true
 		if len(r.s.disks) == 0 {

@@ -13,13 +13,18 @@ import (
 )
 
 // MigrationTarget is where a migration target listens: unix sockets in its
-// runtime directory (the node agent's proxy connects to them).
+// runtime directory (the node agent's proxy connects to them). The source
+// is given the same three, as it reaches them (the local ends of its node
+// agent's proxy).
 type MigrationTarget struct {
 	// MainSocket carries the migration stream (migrate-incoming).
 	MainSocket string
 	// DiskSocket is QEMU's NBD server exporting the disks the source
 	// mirrors; "" when no disk is copied.
 	DiskSocket string
+	// ControlSocket is the target launcher's control channel
+	// (migration_control.go); "" on the source: no control channel.
+	ControlSocket string
 }
 
 // migrationEvents selects the events the migration roles follow.
@@ -72,6 +77,10 @@ func (l *Launcher) listenIncoming(ctx context.Context) (MigrationTarget, error) 
 			}
 		}
 	}
+	t.ControlSocket = filepath.Join(l.cfg.Dir, MigrationControlSocketName)
+	if err := l.serveControl(t.ControlSocket); err != nil {
+		return MigrationTarget{}, err
+	}
 	sub := l.mon.Subscribe(qmp.WithFilter(qmp.AnyOf(qmp.EventMigration)), qmp.WithBuffer(64))
 	if err := l.mon.MigrateIncoming(ctx, "unix:"+t.MainSocket); err != nil {
 		sub.Close()
@@ -103,8 +112,10 @@ func (l *Launcher) runTarget(sub *qmp.Subscription, mig *Migration, nbd bool) {
 			continue
 		}
 		mig.Status = me.Status
-		if me.Status == qmp.MigrationStatusPostcopyActive {
+		if me.Status == qmp.MigrationStatusPostcopyActive && mig.Mode != ModePostCopy {
 			mig.Mode = ModePostCopy
+			l.setMigration(mig)
+			l.runPostCopy(ctx, mig)
 		}
 		switch me.Status {
 		case qmp.MigrationStatusCompleted:
@@ -141,6 +152,22 @@ func (l *Launcher) finishIncoming(ctx context.Context, mig *Migration, nbd bool)
 		return
 	}
 	klog.InfoS("Incoming migration completed; the guest runs here", "vmi", klog.KObj(l.vmi))
+}
+
+// runPostCopy resumes the guest as soon as the source switched to
+// post-copy (as libvirt does): the target has the devices' state, the
+// guest runs here and faults in the pages still on the source. QEMU was
+// started with -S, so it would otherwise stay paused until the last page
+// arrived. A failure now loses the guest on both sides: post-copy's
+// documented risk, taken only when allowed.
+func (l *Launcher) runPostCopy(ctx context.Context, mig *Migration) {
+	ctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
+	defer cancel()
+	if err := l.mon.Cont(ctx); err != nil {
+		l.failIncoming(mig, fmt.Errorf("resuming the guest in post-copy: %w", err))
+		return
+	}
+	klog.InfoS("Post-copy: the guest runs on the target while its pages arrive", "vmi", klog.KObj(l.vmi))
 }
 
 // failIncoming ends a target whose guest cannot run after all.

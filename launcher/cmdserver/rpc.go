@@ -558,7 +558,7 @@ func (s *Server) Migrate(ctx context.Context, req *rpc.MigrateRequest) (*rpc.Emp
 	if opts.Bandwidth < 0 || opts.DowntimeLimit < 0 || opts.CompletionTimeoutPerGiB < 0 || opts.ProgressTimeout < 0 {
 		return nil, status.Error(codes.InvalidArgument, "migrate: options: negative values")
 	}
-	return &rpc.Empty{}, toStatus("migrate", l, l.Migrate(ctx, req.GetMainSocket(), req.GetDiskSocket(), opts))
+	return &rpc.Empty{}, toStatus("migrate", l, l.Migrate(ctx, launcher.MigrationTarget{MainSocket: req.GetMainSocket(), DiskSocket: req.GetDiskSocket(), ControlSocket: req.GetControlSocket()}, opts))
 }
 
 // PrepareMigrationTarget starts the VMI as a migration target (paused,
@@ -576,7 +576,7 @@ func (s *Server) PrepareMigrationTarget(ctx context.Context, req *rpc.SyncReques
 	if action != ActionStarted {
 		return nil, status.Errorf(codes.FailedPrecondition, "prepare migration target: this launcher already runs the VM: %s", l.Domain())
 	}
-	return &rpc.PrepareMigrationTargetResponse{MainSocket: at.MainSocket, DiskSocket: at.DiskSocket, Domain: s.domain(l)}, nil
+	return &rpc.PrepareMigrationTargetResponse{MainSocket: at.MainSocket, DiskSocket: at.DiskSocket, ControlSocket: at.ControlSocket, Domain: s.domain(l)}, nil
 }
 
 // CancelMigration cancels the outgoing migration; the source keeps the guest.

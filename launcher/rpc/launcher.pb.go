@@ -2030,9 +2030,13 @@ type MigrateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The target's unix sockets as the source reaches them (the local end
 	// of the node agent's proxy, or the target's own sockets on one host).
-	MainSocket    string            `protobuf:"bytes,2,opt,name=main_socket,json=mainSocket,proto3" json:"main_socket,omitempty"`
-	DiskSocket    string            `protobuf:"bytes,3,opt,name=disk_socket,json=diskSocket,proto3" json:"disk_socket,omitempty"`
-	Options       *MigrationOptions `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`
+	MainSocket string            `protobuf:"bytes,2,opt,name=main_socket,json=mainSocket,proto3" json:"main_socket,omitempty"`
+	DiskSocket string            `protobuf:"bytes,3,opt,name=disk_socket,json=diskSocket,proto3" json:"disk_socket,omitempty"`
+	Options    *MigrationOptions `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`
+	// The target launcher's control channel ("" = none): the source cancels
+	// when it goes away before the switchover, and resumes the guest when
+	// the target reports it failed after the source completed.
+	ControlSocket string `protobuf:"bytes,5,opt,name=control_socket,json=controlSocket,proto3" json:"control_socket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2086,6 +2090,13 @@ func (x *MigrateRequest) GetOptions() *MigrationOptions {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *MigrateRequest) GetControlSocket() string {
+	if x != nil {
+		return x.ControlSocket
+	}
+	return ""
 }
 
 // MigrationOptions are the migration's policies; zero = kemu's default.
@@ -2181,9 +2192,11 @@ type PrepareMigrationTargetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The unix sockets the target listens on: the migration stream, and the
 	// NBD server for the disks that are copied ("" if none).
-	MainSocket    string  `protobuf:"bytes,1,opt,name=main_socket,json=mainSocket,proto3" json:"main_socket,omitempty"`
-	DiskSocket    string  `protobuf:"bytes,2,opt,name=disk_socket,json=diskSocket,proto3" json:"disk_socket,omitempty"`
-	Domain        *Domain `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	MainSocket string  `protobuf:"bytes,1,opt,name=main_socket,json=mainSocket,proto3" json:"main_socket,omitempty"`
+	DiskSocket string  `protobuf:"bytes,2,opt,name=disk_socket,json=diskSocket,proto3" json:"disk_socket,omitempty"`
+	Domain     *Domain `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The target launcher's control channel (the source's Migrate takes it).
+	ControlSocket string `protobuf:"bytes,4,opt,name=control_socket,json=controlSocket,proto3" json:"control_socket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2237,6 +2250,13 @@ func (x *PrepareMigrationTargetResponse) GetDomain() *Domain {
 		return x.Domain
 	}
 	return nil
+}
+
+func (x *PrepareMigrationTargetResponse) GetControlSocket() string {
+	if x != nil {
+		return x.ControlSocket
+	}
+	return ""
 }
 
 var File_launcher_proto protoreflect.FileDescriptor
@@ -2374,26 +2394,28 @@ const file_launcher_proto_rawDesc = "" +
 	"\fConsoleInput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"#\n" +
 	"\rConsoleOutput\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\x96\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xbd\x01\n" +
 	"\x0eMigrateRequest\x12\x1f\n" +
 	"\vmain_socket\x18\x02 \x01(\tR\n" +
 	"mainSocket\x12\x1f\n" +
 	"\vdisk_socket\x18\x03 \x01(\tR\n" +
 	"diskSocket\x12<\n" +
-	"\aoptions\x18\x04 \x01(\v2\".kemu.launcher.v1.MigrationOptionsR\aoptionsJ\x04\b\x01\x10\x02\"\xd9\x02\n" +
+	"\aoptions\x18\x04 \x01(\v2\".kemu.launcher.v1.MigrationOptionsR\aoptions\x12%\n" +
+	"\x0econtrol_socket\x18\x05 \x01(\tR\rcontrolSocketJ\x04\b\x01\x10\x02\"\xd9\x02\n" +
 	"\x10MigrationOptions\x12;\n" +
 	"\x1abandwidth_bytes_per_second\x18\x01 \x01(\x03R\x17bandwidthBytesPerSecond\x12*\n" +
 	"\x11downtime_limit_ms\x18\x02 \x01(\x03R\x0fdowntimeLimitMs\x12J\n" +
 	"\"completion_timeout_per_gib_seconds\x18\x03 \x01(\x03R\x1ecompletionTimeoutPerGibSeconds\x128\n" +
 	"\x18progress_timeout_seconds\x18\x04 \x01(\x03R\x16progressTimeoutSeconds\x12.\n" +
 	"\x13allow_auto_converge\x18\x05 \x01(\bR\x11allowAutoConverge\x12&\n" +
-	"\x0fallow_post_copy\x18\x06 \x01(\bR\rallowPostCopy\"\x94\x01\n" +
+	"\x0fallow_post_copy\x18\x06 \x01(\bR\rallowPostCopy\"\xbb\x01\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x1f\n" +
 	"\vmain_socket\x18\x01 \x01(\tR\n" +
 	"mainSocket\x12\x1f\n" +
 	"\vdisk_socket\x18\x02 \x01(\tR\n" +
 	"diskSocket\x120\n" +
-	"\x06domain\x18\x03 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain*\x80\x01\n" +
+	"\x06domain\x18\x03 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12%\n" +
+	"\x0econtrol_socket\x18\x04 \x01(\tR\rcontrolSocket*\x80\x01\n" +
 	"\vDomainState\x12\x1c\n" +
 	"\x18DOMAIN_STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bStarting\x10\x01\x12\v\n" +

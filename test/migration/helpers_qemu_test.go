@@ -149,8 +149,8 @@ func newCA(t *testing.T) *migrationproxy.CA {
 // in src's runtime directory. It returns the source's socket paths.
 func proxied(t *testing.T, from, to *node, src *guest, at launcher.MigrationTarget) map[string]string {
 	t.Helper()
-	socks := map[string]string{migrationproxy.ChannelMain: at.MainSocket}
-	chans := []string{migrationproxy.ChannelMain}
+	socks := map[string]string{migrationproxy.ChannelMain: at.MainSocket, migrationproxy.ChannelControl: at.ControlSocket}
+	chans := []string{migrationproxy.ChannelMain, migrationproxy.ChannelControl}
 	if at.DiskSocket != "" {
 		socks[migrationproxy.ChannelDisk] = at.DiskSocket
 		chans = append(chans, migrationproxy.ChannelDisk)
