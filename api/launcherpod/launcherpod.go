@@ -22,6 +22,10 @@ const (
 	// VMINameLabel is the name of the VMI the Pod runs (cut and hashed when
 	// the name is no valid label value).
 	VMINameLabel = "kemu.dev/vmi-name"
+	// MigrationUIDLabel is on a migration's target Pod only: the UID of
+	// its VirtualMachineInstanceMigration (KubeVirt's
+	// kubevirt.io/migrationJobUID).
+	MigrationUIDLabel = "kemu.dev/migration-uid"
 )
 
 // Device-plugin resources (devices/deviceplugin serves them, launcher Pods

@@ -656,6 +656,10 @@ type VirtualMachineInstanceStatus struct {
 	// is disabled on the node.
 	// +optional
 	SelinuxContext string `json:"selinuxContext,omitempty"`
+	// EvacuationNodeName is the node the VMI must leave (cordoned or
+	// drained), set by the controller until a migration moved it.
+	// +optional
+	EvacuationNodeName string `json:"evacuationNodeName,omitempty"`
 }
 
 // VirtualMachineInstancePhaseTransitionTimestamp records a phase change.
@@ -800,4 +804,66 @@ type VirtualMachineInstanceMigrationState struct {
 	MigrationUID types.UID `json:"migrationUid,omitempty"`
 	// +optional
 	Mode MigrationMode `json:"mode,omitempty"`
+	// MigrationConfiguration is the policy this migration runs with (the
+	// controller's from kemu-config), as KubeVirt records it.
+	// +optional
+	MigrationConfiguration *MigrationConfiguration `json:"migrationConfiguration,omitempty"`
+	// TargetMigrationPort is the TCP port of the target node agent's
+	// migration proxy at TargetNodeAddress (kemu addition; KubeVirt's
+	// per-port map has no meaning with one mutually authenticated proxy).
+	// +optional
+	TargetMigrationPort int32 `json:"targetMigrationPort,omitempty"`
+	// Statistics are QEMU's figures of the migration, as the source
+	// measured them: progress while it runs, final once completed (kemu
+	// addition).
+	// +optional
+	Statistics *MigrationStatistics `json:"statistics,omitempty"`
+}
+
+// MigrationConfiguration is a migration's policy (KubeVirt's
+// migrationConfiguration fields kemu implements).
+type MigrationConfiguration struct {
+	// BandwidthPerMigration caps the transfer, bytes per second; 0 or
+	// absent: unlimited.
+	// +optional
+	BandwidthPerMigration *resource.Quantity `json:"bandwidthPerMigration,omitempty"`
+	// CompletionTimeoutPerGiB: seconds per GiB of RAM and copied disks the
+	// whole migration may take (default 150).
+	// +optional
+	CompletionTimeoutPerGiB *int64 `json:"completionTimeoutPerGiB,omitempty"`
+	// ProgressTimeout: seconds without a decrease of the remaining data
+	// before the migration is canceled (default 150).
+	// +optional
+	ProgressTimeout *int64 `json:"progressTimeout,omitempty"`
+	// +optional
+	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
+	// +optional
+	AllowPostCopy *bool `json:"allowPostCopy,omitempty"`
+}
+
+// MigrationStatistics are a migration's figures from QEMU (kemu addition).
+type MigrationStatistics struct {
+	// RAM: total, transferred and remaining bytes, and the completed
+	// passes over memory.
+	// +optional
+	DataTotalBytes int64 `json:"dataTotalBytes,omitempty"`
+	// +optional
+	DataProcessedBytes int64 `json:"dataProcessedBytes,omitempty"`
+	// +optional
+	DataRemainingBytes int64 `json:"dataRemainingBytes,omitempty"`
+	// +optional
+	Passes int64 `json:"passes,omitempty"`
+	// Disks copied to the target (containerDisk overlays, emptyDisks).
+	// +optional
+	DiskTotalBytes int64 `json:"diskTotalBytes,omitempty"`
+	// +optional
+	DiskProcessedBytes int64 `json:"diskProcessedBytes,omitempty"`
+	// QEMU's times: the whole migration, the guest's pause at the
+	// switchover, the setup.
+	// +optional
+	TotalMilliseconds int64 `json:"totalMilliseconds,omitempty"`
+	// +optional
+	DowntimeMilliseconds int64 `json:"downtimeMilliseconds,omitempty"`
+	// +optional
+	SetupMilliseconds int64 `json:"setupMilliseconds,omitempty"`
 }
