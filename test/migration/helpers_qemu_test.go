@@ -180,3 +180,9 @@ func tickN(t *testing.T, m testguest.Marker) int64 {
 	}
 	return n
 }
+
+// via is the target as the source reaches it through its proxy's sockets.
+func via(paths map[string]string) launcher.MigrationTarget {
+	return launcher.MigrationTarget{MainSocket: paths[migrationproxy.ChannelMain], DiskSocket: paths[migrationproxy.ChannelDisk],
+		ControlSocket: paths[migrationproxy.ChannelControl]}
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/netsetup"
 	"github.com/kemu-dev/kemu/netsetup/netsetuptest"
-	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -288,7 +287,7 @@ func TestMigrationPodNetwork(t *testing.T) {
 
 	tick := src.waitAfter(t, len(src.w.Markers()), testguest.IsKind("tick"))
 	before := netproofUptime(t, sa)
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), paths[migrationproxy.ChannelMain], paths[migrationproxy.ChannelDisk], launcher.MigrationOptions{}); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), via(paths), launcher.MigrationOptions{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "the source's completion", ended(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kemu-dev/kemu/launcher"
-	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -67,7 +66,7 @@ func TestMigrationThroughProxies(t *testing.T) {
 	paths := proxied(t, a, b, src, at)
 
 	t0 := time.Now()
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), launcher.MigrationTarget{MainSocket: paths[migrationproxy.ChannelMain], DiskSocket: paths[migrationproxy.ChannelDisk], ControlSocket: paths[migrationproxy.ChannelControl]}, launcher.MigrationOptions{}); err != nil {
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), via(paths), launcher.MigrationOptions{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d := waitDomain(t, src.l, "the source's completion", ended(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))
@@ -110,7 +109,7 @@ func TestMigrationForeignCA(t *testing.T) {
 	dst := newGuest(t, idleVMI, startTarget(&at))
 	paths := proxied(t, a, b, src, at)
 
-	err := src.l.Migrate(ctxFor(t, stepTimeout), launcher.MigrationTarget{MainSocket: paths[migrationproxy.ChannelMain], DiskSocket: paths[migrationproxy.ChannelDisk], ControlSocket: paths[migrationproxy.ChannelControl]}, launcher.MigrationOptions{})
+	err := src.l.Migrate(ctxFor(t, stepTimeout), via(paths), launcher.MigrationOptions{})
 	d := src.l.Domain()
 	if err == nil {
 		d = waitDomain(t, src.l, "the source back", func(d launcher.Domain) bool { return d.State != launcher.StateMigrating })
