@@ -139,7 +139,7 @@ func (s *shell) stats(ctx context.Context, rest string) error {
 	}
 	return s.emit(resp, func(w io.Writer) {
 		if resp.GetQemuCpuTimeNanos() > 0 || resp.GetQemuRssBytes() > 0 {
-			fmt.Fprintf(w, "qemu: cpu time %s, resident %s\n", time.Duration(resp.GetQemuCpuTimeNanos()), bytesString(resp.GetQemuRssBytes()))
+			fmt.Fprintf(w, "qemu: cpu time %s, resident %s\n", time.Duration(resp.GetQemuCpuTimeNanos()), BytesString(resp.GetQemuRssBytes()))
 		}
 		for _, v := range resp.GetVcpus() {
 			fmt.Fprintf(w, "vcpu %d: thread %d, cpu time %s\n", v.GetIndex(), v.GetThreadId(), time.Duration(v.GetCpuTimeNanos()))
@@ -150,10 +150,10 @@ func (s *shell) stats(ctx context.Context, rest string) error {
 				name += " (" + b.GetNodeName() + ")"
 			}
 			fmt.Fprintf(w, "block %s: read %s in %d ops, written %s in %d ops\n", name,
-				bytesString(b.GetRdBytes()), b.GetRdOperations(), bytesString(b.GetWrBytes()), b.GetWrOperations())
+				BytesString(b.GetRdBytes()), b.GetRdOperations(), BytesString(b.GetWrBytes()), b.GetWrOperations())
 		}
 		if resp.GetBalloonActualBytes() > 0 {
-			fmt.Fprintf(w, "balloon: %s\n", bytesString(resp.GetBalloonActualBytes()))
+			fmt.Fprintf(w, "balloon: %s\n", BytesString(resp.GetBalloonActualBytes()))
 		}
 		if n := resp.GetGuestAgentLinesDropped(); n > 0 {
 			fmt.Fprintf(w, "guest agent: %d oversize lines dropped (connection reset each time)\n", n)
@@ -444,7 +444,7 @@ func migrationSummary(m *rpc.MigrationState) string {
 		parts = append(parts, "post-copy")
 	}
 	if t := m.GetBytesTotal(); t > 0 {
-		ram := fmt.Sprintf("RAM %s sent of %s, %s left", bytesString(m.GetBytesTransferred()), bytesString(t), bytesString(m.GetBytesRemaining()))
+		ram := fmt.Sprintf("RAM %s sent of %s, %s left", BytesString(m.GetBytesTransferred()), BytesString(t), BytesString(m.GetBytesRemaining()))
 		if p := m.GetPasses(); p > 0 {
 			ram += fmt.Sprintf(", %d passes", p)
 		}
@@ -454,7 +454,7 @@ func migrationSummary(m *rpc.MigrationState) string {
 		parts = append(parts, ram)
 	}
 	if t := m.GetDiskBytesTotal(); t > 0 {
-		parts = append(parts, fmt.Sprintf("disks %s of %s", bytesString(m.GetDiskBytesCopied()), bytesString(t)))
+		parts = append(parts, fmt.Sprintf("disks %s of %s", BytesString(m.GetDiskBytesCopied()), BytesString(t)))
 	}
 	var times []string
 	for _, t := range []struct {
@@ -508,7 +508,8 @@ func printEvent(w io.Writer, ev *rpc.WatchEvent) {
 	}
 }
 
-func bytesString(n int64) string {
+// BytesString is n bytes in binary units (1.5 MiB).
+func BytesString(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

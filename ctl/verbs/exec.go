@@ -388,5 +388,6 @@ func ShellThroughPod() shell.ThroughPod { return shell.ThroughPod{Socket: Remote
 // Commands are kemuctl's verbs on a cluster, but shell VMI (ShellThroughPod).
 func Commands() []*cobra.Command {
 	return []*cobra.Command{NewStartCommand(), NewStopCommand(), NewRestartCommand(),
-		NewPauseCommand(), NewUnpauseCommand(), NewSoftRebootCommand(), NewConsoleCommand()}
+		NewPauseCommand(), NewUnpauseCommand(), NewSoftRebootCommand(), NewConsoleCommand(),
+		NewMigrateCommand(), NewMigrateCancelCommand()}
 }
