@@ -19,20 +19,27 @@ import (
 )
 
 // The guest's disk writer: deterministic 4 KiB blocks written with
-// O_DIRECT and fsync (busybox 1.35's dd: oflag=direct, conv=fsync) to the
-// same block range of every disk it is given, one round every
-// diskproofPace, until a stop file appears.
+// O_DIRECT and fsync (busybox 1.35's dd: oflag=direct, conv=fsync; the
+// test guest's busybox is the host's busybox-static) to the same places of
+// every disk it is given, one round every diskproofPace, until a stop file
+// appears.
 //
-// The range is byte 4 KiB to 1 MiB. On the containerDisk (the test guest's
-// disk.qcow2: an MBR and one FAT16 partition from sector 2048 to the end
-// of the disk) that is the gap between the MBR and the partition: zeros
-// that nothing reads (syslinux's mbr.bin loads the partition's boot
-// sector; the guest runs from its initramfs and mounts nothing), so the
-// writes harm neither the boot nor the filesystem. The emptyDisk is zeros.
+// Block i is at 32 MiB + i × 64 KiB: one block per 64 KiB, the qcow2
+// cluster size and the disk mirror's granularity, so a block found on the
+// target was copied for its own write, not along with a later write next
+// to it. On the containerDisk (the test guest's disk.qcow2: an MBR and one
+// FAT16 partition from 1 MiB to the end, whose files end before 14 MiB)
+// the range is free clusters of a filesystem nothing mounts (the guest
+// runs from its initramfs), in the VM's own overlay (the image is never
+// written): the writes harm neither the running guest nor the image. The
+// test checks that the range is zeros in the image. The emptyDisk (64 MiB)
+// is zeros.
 const (
 	diskproofBlockSize = 4096
-	diskproofFirst     = 1   // first block (in 4 KiB): the MBR stays
-	diskproofMax       = 255 // blocks: up to 1 MiB, where the partition starts
+	diskproofStride    = 64 << 10
+	diskproofBase      = 32 << 20
+	diskproofMax       = 256 // blocks: the range ends at 48 MiB
+	diskproofRange     = diskproofMax * diskproofStride
 	diskproofDir       = "/run/kemu-diskproof"
 	diskproofPace      = "0.2" // seconds between rounds (busybox sleep)
 	diskproofKind      = "diskproof"
@@ -51,7 +58,7 @@ while [ ! -e $P/stop ]; do
 	for pair in "$@"; do
 		dev=${pair%%%%:*} disk=${pair#*:}
 		{ printf 'KEMU-DISKPROOF disk=%%s block=%%06d\n' "$disk" "$i"; cat $P/pattern; } | head -c %[3]d > $P/block
-		if ! dd if=$P/block of=/dev/$dev bs=%[3]d seek=$((%[6]d + i)) count=1 oflag=direct conv=fsync,notrunc 2>> $P/err; then
+		if ! dd if=$P/block of=/dev/$dev bs=%[3]d seek=$((%[6]d + i * %[8]d)) count=1 oflag=direct,seek_bytes conv=fsync,notrunc 2>> $P/err; then
 			echo "KEMU-GUEST %[5]s status=failed block=$i dev=$dev" > /dev/console; exit 1
 		fi
 	done
@@ -60,7 +67,7 @@ while [ ! -e $P/stop ]; do
 	sleep %[7]s
 done
 echo "KEMU-GUEST %[5]s status=done blocks=$i" > /dev/console
-`, diskproofDir, strings.TrimSuffix(diskproofPattern, "\n"), diskproofBlockSize, diskproofMax, diskproofKind, diskproofFirst, diskproofPace)
+`, diskproofDir, strings.TrimSuffix(diskproofPattern, "\n"), diskproofBlockSize, diskproofMax, diskproofKind, diskproofBase, diskproofPace, diskproofStride)
 
 // diskproofBlock is block i of disk as the guest's writer writes it.
 func diskproofBlock(disk string, i int) []byte {
@@ -209,8 +216,8 @@ func diskproofRead(t *testing.T, image, format string) []byte {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "range.raw")
 	cmd := exec.CommandContext(ctxFor(t, stepTimeout), "qemu-img", "dd", "-f", format, "-O", "raw",
-		"bs="+strconv.Itoa(diskproofBlockSize), "skip="+strconv.Itoa(diskproofFirst), "count="+strconv.Itoa(diskproofFirst+diskproofMax),
-		"if="+image, "of="+out)
+		"bs="+strconv.Itoa(diskproofStride), "skip="+strconv.Itoa(diskproofBase/diskproofStride),
+		"count="+strconv.Itoa((diskproofBase+diskproofRange)/diskproofStride), "if="+image, "of="+out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img dd %s: %v\n%s", image, err, b)
 	}
@@ -218,10 +225,15 @@ func diskproofRead(t *testing.T, image, format string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != diskproofMax*diskproofBlockSize {
-		t.Fatalf("%s: read %d bytes, want %d", image, len(b), diskproofMax*diskproofBlockSize)
+	if len(b) != diskproofRange {
+		t.Fatalf("%s: read %d bytes, want %d", image, len(b), diskproofRange)
 	}
 	return b
+}
+
+// diskproofAt is block i's place in the range.
+func diskproofAt(b []byte, i int) []byte {
+	return b[i*diskproofStride : i*diskproofStride+diskproofBlockSize]
 }
 
 // diskproofExpect is the range after blocks 0..n-1 were written over
@@ -229,7 +241,7 @@ func diskproofRead(t *testing.T, image, format string) []byte {
 func diskproofExpect(disk string, original []byte, n int) []byte {
 	want := bytes.Clone(original)
 	for i := 0; i < n; i++ {
-		copy(want[i*diskproofBlockSize:], diskproofBlock(disk, i))
+		copy(diskproofAt(want, i), diskproofBlock(disk, i))
 	}
 	return want
 }
@@ -237,30 +249,32 @@ func diskproofExpect(disk string, original []byte, n int) []byte {
 // diskproofPrefix is how many leading blocks of got are the writer's.
 func diskproofPrefix(disk string, got []byte) int {
 	n := 0
-	for n < diskproofMax && bytes.Equal(got[n*diskproofBlockSize:(n+1)*diskproofBlockSize], diskproofBlock(disk, n)) {
+	for n < diskproofMax && bytes.Equal(diskproofAt(got, n), diskproofBlock(disk, n)) {
 		n++
 	}
 	return n
 }
 
-// diskproofCompare checks that got is original with blocks 0..n-1 written:
-// sha256 of the range, and the first differing block when it is not.
-func diskproofCompare(t *testing.T, what, disk string, got, original []byte, n int) {
+// diskproofCompare checks that got is original with blocks 0..n-1 written
+// (and nothing else changed): sha256 of the range, and the first differing
+// 4 KiB when it is not.
+func diskproofCompare(t *testing.T, what, disk string, got, original []byte, n int) bool {
 	t.Helper()
 	want := diskproofExpect(disk, original, n)
 	gs, ws := sha256.Sum256(got), sha256.Sum256(want)
 	if gs == ws {
 		t.Logf("%s: sha256 %x = blocks 0..%d written over the original range", what, gs[:8], n-1)
-		return
+		return true
 	}
-	for i := 0; i < diskproofMax; i++ {
-		g, w := got[i*diskproofBlockSize:(i+1)*diskproofBlockSize], want[i*diskproofBlockSize:(i+1)*diskproofBlockSize]
+	for off := 0; off < diskproofRange; off += diskproofBlockSize {
+		g, w := got[off:off+diskproofBlockSize], want[off:off+diskproofBlockSize]
 		if !bytes.Equal(g, w) {
-			t.Errorf("%s: sha256 %x, want %x (blocks 0..%d): block %d holds %q…, want %q…",
-				what, gs[:8], ws[:8], n-1, i, firstLine(g), firstLine(w))
-			return
+			t.Errorf("%s: sha256 %x, want %x (blocks 0..%d): at %d (block %d) %q…, want %q…",
+				what, gs[:8], ws[:8], n-1, diskproofBase+off, off/diskproofStride, firstLine(g), firstLine(w))
+			break
 		}
 	}
+	return false
 }
 
 func firstLine(b []byte) []byte {
