@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kemu-dev/kemu/launcher"
-	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -74,7 +73,7 @@ func TestMigrationGuestWritesDisks(t *testing.T) {
 	diskproofWaitBlock(t, src, diskproofBefore-1)
 	atMigrate := len(src.w.Markers())
 	t0 := time.Now()
-	if err := src.l.Migrate(ctxFor(t, stepTimeout), paths[migrationproxy.ChannelMain], paths[migrationproxy.ChannelDisk],
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), via(paths),
 		launcher.MigrationOptions{Bandwidth: diskproofBandwidth}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
