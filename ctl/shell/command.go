@@ -26,7 +26,7 @@ func NewCommand(pod ThroughPod) *cobra.Command {
 		Long: `Open a debug shell on a launcher's command server (its unix socket; kemuctl run
 prints it as "launcher socket: PATH").
 
-Commands: status, pause, resume, shutdown [grace], kill, reset, stats,
+Commands: status, pause, resume, shutdown [grace], kill, reset, stats, migrate-cancel,
 agent ping|info, events, console, qmp <command> [json args], help, exit.
 With -c the commands (separated by ';') run without a prompt; the exit status is
 1 as soon as one fails. -o json prints the responses as JSON (protojson; qmp

@@ -76,6 +76,12 @@ func (s *shell) pause(ctx context.Context, rest string) error {
 	})
 }
 
+func (s *shell) migrateCancel(ctx context.Context, rest string) error {
+	return s.simple(ctx, "migrate-cancel", rest, "migration canceled: the guest runs here", func(ctx context.Context, e *rpc.Empty) (*rpc.Empty, error) {
+		return s.client.CancelMigration(ctx, e)
+	})
+}
+
 func (s *shell) resume(ctx context.Context, rest string) error {
 	return s.simple(ctx, "resume", rest, "resumed", func(ctx context.Context, e *rpc.Empty) (*rpc.Empty, error) {
 		return s.client.Unpause(ctx, e)

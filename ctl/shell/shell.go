@@ -191,6 +191,7 @@ func shellCommands() []shellCommand {
 		{"kill", "", "stop QEMU at once", (*shell).kill},
 		{"reset", "", "hard-reset the guest", (*shell).reset},
 		{"stats", "", "vCPU, block and balloon statistics", (*shell).stats},
+		{"migrate-cancel", "", "cancel this source's outgoing migration before the switchover (the guest stays here)", (*shell).migrateCancel},
 		{"agent", "ping|info", "talk to the guest agent", (*shell).agent},
 		{"events", "", "follow state changes and QMP events until Ctrl-C", (*shell).events},
 		{"console", "", "attach the serial console (Ctrl-] leaves)", (*shell).console},

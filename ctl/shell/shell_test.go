@@ -109,6 +109,12 @@ func (f *fakeLauncher) Reset(context.Context, *rpc.Empty) (*rpc.Empty, error) {
 	return nil, status.Error(codes.Unavailable, "QEMU is gone")
 }
 
+// CancelMigration: the fake is a source with no migration under way.
+func (f *fakeLauncher) CancelMigration(context.Context, *rpc.Empty) (*rpc.Empty, error) {
+	f.record("CancelMigration")
+	return nil, status.Error(codes.FailedPrecondition, "launcher: not possible in the migration's state: no migration under way")
+}
+
 func (f *fakeLauncher) Shutdown(_ context.Context, req *rpc.ShutdownRequest) (*rpc.DomainResponse, error) {
 	f.record(fmt.Sprintf("Shutdown %d", req.GetGracePeriodSeconds()))
 	return &rpc.DomainResponse{Domain: &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: rpc.DomainReason_GuestShutdown, Exited: true, Seq: 9}}, nil
@@ -260,6 +266,9 @@ func TestShellCommands(t *testing.T) {
 			stdout: []string{"paused\n"}, notOut: []string{"state:"},
 			stderr: []string{"error: FailedPrecondition: the domain is Paused, not Running\n"}},
 		{name: "unavailable", args: []string{"-c", "reset"}, code: 1, stderr: []string{"error: Unavailable: QEMU is gone\n"}},
+		{name: "migrate-cancel without a migration", args: []string{"-c", "migrate-cancel"}, code: 1,
+			stderr: []string{"error: FailedPrecondition: launcher: not possible in the migration's state: no migration under way\n"},
+			calls:  []string{"CancelMigration"}},
 		{name: "unknown command", args: []string{"-c", "frobnicate"}, code: 1, stderr: []string{`error: unknown command "frobnicate"`}},
 		{name: "exit stops", args: []string{"-c", "exit; status"}, notOut: []string{"state:"}},
 		{name: "shutdown with grace", args: []string{"-c", "shutdown 1m"}, stdout: []string{"Shutoff (GuestShutdown)", "exited:   status 0"},
