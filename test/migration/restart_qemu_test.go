@@ -4,6 +4,7 @@ package migration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -218,6 +219,51 @@ func restartWaitStreaming(t *testing.T, src, dst *guest) {
 	}
 }
 
+// restartTargetEnd checks the target after its migration broke: it ends
+// by itself (Shutoff, MigrationFailed) once it had its RAM stream; with
+// mayWait, it may also still wait for that stream (Paused for the
+// migration, nothing received), and is then killed as the node agent
+// would. It is never running the guest.
+func restartTargetEnd(t *testing.T, dst *guest, mayWait bool) {
+	t.Helper()
+	if !mayWait {
+		td := waitDomain(t, dst.l, "the target's end", launcher.InState(launcher.StateShutoff))
+		if td.Reason != launcher.ReasonMigrationFailed {
+			t.Errorf("target after the agent's restart: %s", td)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), restartTargetGrace)
+	defer cancel()
+	td, err := dst.l.Watch(false).WaitFor(ctx, launcher.InState(launcher.StateShutoff))
+	if err != nil {
+		td = dst.l.Domain()
+	}
+	switch {
+	case err == nil:
+		if td.Reason != launcher.ReasonMigrationFailed {
+			t.Errorf("target after the agent's restart: %s", td)
+		}
+		t.Logf("target ended by itself: %s", td)
+	case td.State != launcher.StatePaused || td.Reason != launcher.ReasonMigration:
+		t.Fatalf("target after the agent's restart: %s %+v (%v)", td, td.Migration, err)
+	default:
+		info, qerr := dst.l.Monitor().QueryMigrate(ctxFor(t, stepTimeout))
+		if qerr != nil || info.RAM != nil && info.RAM.Transferred > 0 {
+			t.Errorf("a target that still waits received RAM: %+v %v", info, qerr)
+		}
+		kd, kerr := dst.l.Kill(ctxFor(t, stepTimeout))
+		if kerr != nil || kd.State != launcher.StateShutoff {
+			t.Fatalf("kill the waiting target: %s %v", kd, kerr)
+		}
+		t.Logf("target still waited for its RAM stream (%s, incoming %q) after %s; killed", td, info.Status, restartTargetGrace)
+	}
+}
+
+// restartTargetGrace is how long a target that lost its stream before the
+// RAM connection reached it is given to end by itself.
+const restartTargetGrace = 10 * time.Second
+
 // A node agent restarted mid-migration (its process SIGKILLed while RAM
 // moves at 1 MiB/s, then started again with the same certificate on the
 // same address), on either side: the migration fails, the source keeps
@@ -225,7 +271,10 @@ func restartWaitStreaming(t *testing.T, src, dst *guest) {
 // target ends (Shutoff, MigrationFailed), and a retry through the
 // restarted agents — the target prepared again, the same migration UID
 // and source socket paths, whatever the dead agent left there — moves the
-// guest.
+// guest. source-early kills the source's agent as soon as Migrate
+// returned: the disks' mirrors fail, the source keeps the guest the same
+// way, and a target that never got its RAM connection is killed as the
+// node agent would.
 func TestMigrationAgentRestart(t *testing.T) {
 	for _, tc := range []struct {
 		side string
@@ -236,9 +285,15 @@ func TestMigrationAgentRestart(t *testing.T) {
 		// behind (only its Close removes them), and the retry's source
 		// sockets take the same paths.
 		staleSockets bool
+		// early: the agent dies as soon as Migrate returned, while the
+		// channels open and the disks' mirrors start, instead of once
+		// RAM streams; the target may never see its RAM connection and
+		// then waits until the node agent ends it.
+		early bool
 	}{
 		{side: "source", victim: func(a, _ *restartAgent) *restartAgent { return a }, staleSockets: true},
 		{side: "target", victim: func(_, b *restartAgent) *restartAgent { return b }},
+		{side: "source-early", victim: func(a, _ *restartAgent) *restartAgent { return a }, staleSockets: true, early: true},
 	} {
 		t.Run(tc.side, func(t *testing.T) {
 			side := tc.side
@@ -255,7 +310,9 @@ func TestMigrationAgentRestart(t *testing.T) {
 			if err := src.l.Migrate(ctxFor(t, stepTimeout), paths[migrationproxy.ChannelMain], paths[migrationproxy.ChannelDisk], launcher.MigrationOptions{Bandwidth: 1 << 20}); err != nil {
 				t.Fatalf("migrate: %v", err)
 			}
-			restartWaitStreaming(t, src, dst)
+			if !tc.early {
+				restartWaitStreaming(t, src, dst)
+			}
 			victim.kill()
 			if tc.staleSockets {
 				for ch, p := range paths {
@@ -271,10 +328,7 @@ func TestMigrationAgentRestart(t *testing.T) {
 				t.Fatalf("source after its %s agent's restart: %s (pid %d, was %d) %+v", side, d, d.PID, pid, d.Migration)
 			}
 			tick := src.waitAfter(t, len(src.w.Markers()), testguest.IsKind("tick"))
-			td := waitDomain(t, dst.l, "the target's end", launcher.InState(launcher.StateShutoff))
-			if td.Reason != launcher.ReasonMigrationFailed {
-				t.Errorf("target after the %s agent's restart: %s", side, td)
-			}
+			restartTargetEnd(t, dst, tc.early)
 
 			// The retry: what the node agents do again after a failure.
 			a.call("close-source %s", migrationUID)
@@ -292,7 +346,7 @@ func TestMigrationAgentRestart(t *testing.T) {
 			if d.Migration.Status != qmp.MigrationStatusCompleted {
 				t.Fatalf("retry: %s %+v", d, d.Migration)
 			}
-			td = waitDomain(t, dst2.l, "the target running", launcher.InState(launcher.StateRunning, launcher.StateShutoff))
+			td := waitDomain(t, dst2.l, "the target running", launcher.InState(launcher.StateRunning, launcher.StateShutoff))
 			if td.State != launcher.StateRunning || td.Reason != launcher.ReasonMigrated {
 				t.Fatalf("target after the retry: %s", td)
 			}
