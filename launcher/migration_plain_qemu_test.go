@@ -36,12 +36,10 @@ spec:
 
 // migrationPath turns a target's sockets into the ones the source
 // connects to: direct below; a proxy variant returns its own listeners.
-type migrationPath func(tb testing.TB, at MigrationTarget) (main, disk string)
+type migrationPath func(tb testing.TB, at MigrationTarget) MigrationTarget
 
 // directPath connects the source straight to the target's sockets.
-func directPath(_ testing.TB, at MigrationTarget) (string, string) {
-	return at.MainSocket, at.DiskSocket
-}
+func directPath(_ testing.TB, at MigrationTarget) MigrationTarget { return at }
 
 // launcherArgv starts a launcher for yaml once (incoming, so the guest
 // never runs) and returns QEMU's argv without -incoming and the runtime
