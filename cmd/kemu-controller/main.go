@@ -1,4 +1,4 @@
-// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node) under leader election (a coordination.k8s.io Lease), with
+// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node, the migration certificate signer) under leader election (a coordination.k8s.io Lease), with
 // /healthz, /readyz and /metrics on --metrics-addr. SIGTERM/SIGINT stop the
 // controllers, release the Lease and exit 0.
 //
@@ -33,11 +33,13 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/metrics"
+	"github.com/kemu-dev/kemu/controller/migrationcert"
 	"github.com/kemu-dev/kemu/controller/node"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/controller/vm"
 	"github.com/kemu-dev/kemu/controller/vmi"
 	"github.com/kemu-dev/kemu/kube/events"
+	"github.com/kemu-dev/kemu/kube/migrationca"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,12 +49,15 @@ type options struct {
 	kubeconfig, namespace, launcherImage, launcherPullPolicy, kvm, metricsAddr string
 	hostDiskDirs                                                               []string
 	leaseNamespace, leaseName, identity                                        string
-	leaderElect                                                                bool
-	leaseDuration, renewDeadline, retryPeriod, resync                          time.Duration
-	nodeHeartbeatTimeout                                                       time.Duration
-	workers                                                                    int
-	qps                                                                        float64
-	burst                                                                      int
+	// systemNamespace is kemu's own namespace: the migration CA's Secret
+	// and ConfigMap, the node agent's ServiceAccount.
+	systemNamespace                                   string
+	leaderElect                                       bool
+	leaseDuration, renewDeadline, retryPeriod, resync time.Duration
+	nodeHeartbeatTimeout                              time.Duration
+	workers                                           int
+	qps                                               float64
+	burst                                             int
 	// listening, if set, receives the metrics server address (tests).
 	listening func(addr string)
 }
@@ -89,6 +94,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&hostDiskDirs, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); empty: every hostDisk is refused")
 	fs.IntVar(&o.workers, "workers", 4, "workers per controller")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (\"0\" disables)")
+	fs.StringVar(&o.systemNamespace, "system-namespace", "kemu-system", "kemu's namespace: the migration CA (Secret "+migrationca.SecretName+", ConfigMap "+migrationca.ConfigMapName+") and the node agent's ServiceAccount")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-namespace", "kemu-system", "namespace of the Lease")
 	fs.StringVar(&o.leaseName, "leader-elect-name", "kemu-controller", "name of the Lease")
@@ -225,7 +231,11 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 	if err != nil {
 		return nil, err
 	}
-	return []controller.Runnable{vmic, vmc, nodec}, nil
+	certc, err := migrationcert.New(migrationcert.Config{Client: kube, Namespace: o.systemNamespace, Resync: o.resync})
+	if err != nil {
+		return nil, err
+	}
+	return []controller.Runnable{vmic, vmc, nodec, certc}, nil
 }
 
 // leaderElect runs run while this instance holds the Lease. The Lease is

@@ -7,7 +7,9 @@
 // connects to the launchers of the VMIs whose status.nodeName is this node
 // through their sockets under --kubelet-root (verified: no symlinks, a
 // socket, a process of the launcher Pod, the VMI's UID), syncs them, mirrors their
-// domains into VMI status and applies pause, soft reboot and deletion.
+// domains into VMI status and applies pause, soft reboot and deletion; and
+// the migration proxy on --migration-addr with the node certificate it
+// asks the controller for (nodeagent/migrationcert).
 // /healthz and /metrics are served on --health-addr. See docs/nodeagent.md.
 package main
 
@@ -35,8 +37,11 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/devices/deviceplugin"
 	"github.com/kemu-dev/kemu/devices/kvm"
+	"github.com/kemu-dev/kemu/kube/migrationca"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
+	"github.com/kemu-dev/kemu/nodeagent/migrationcert"
+	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 	"github.com/kemu-dev/kemu/nodeagent/vmi"
 )
 
@@ -63,6 +68,9 @@ func run() int {
 	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
 	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz and /metrics (empty: none)")
 	fs.IntVar(&workers, "vmi-workers", 2, "VMIs reconciled in parallel")
+	var migrationAddr, systemNamespace string
+	fs.StringVar(&migrationAddr, "migration-addr", migrationproxy.DefaultAddr, "address of the migration proxy (TLS 1.3, mutual; its node certificate comes from the controller's signer "+migrationca.SignerName+")")
+	fs.StringVar(&systemNamespace, "system-namespace", "kemu-system", "kemu's namespace, holding the migration CA bundle (ConfigMap "+migrationca.ConfigMapName+")")
 	var hostDiskDirsFlag, hostRoot string
 	fs.StringVar(&hostRoot, "host-root", hostdisk.DefaultHostRoot, "the host's / as this process sees it (hostDisks are resolved there)")
 	fs.StringVar(&hostDiskDirsFlag, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); each VMI's hostDisks are checked on the host before its VM starts")
@@ -126,6 +134,16 @@ func run() int {
 		klog.ErrorS(err, "VMI controller")
 		return 2
 	}
+	// The migration proxy: it listens once the controller signed this
+	// node's certificate and renews it. The VMI reconcile registers
+	// incoming migrations with migration.Server().Register and opens
+	// outgoing ones with migrationproxy.ListenSource(..., migration.Store())
+	// once migration.Ready() is closed.
+	migration, err := migrationcert.NewProxy(migrationcert.Config{Client: client, NodeName: nodeName, Namespace: systemNamespace}, migrationAddr)
+	if err != nil {
+		klog.ErrorS(err, "Migration proxy")
+		return 2
+	}
 	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir, "kubeletRoot", kubeletRoot)
 
 	// The probe runs once per process (its verdict is also cached on disk
@@ -156,10 +174,18 @@ func run() int {
 	// its caches on its own; launchers keep running when it stops.
 	vmiErr := make(chan error, 1)
 	go func() { vmiErr <- vmis.Run(ctx, workers) }()
+	migrationErr := make(chan error, 1)
+	go func() {
+		err := migration.Run(ctx)
+		if err != nil {
+			klog.ErrorS(err, "Migration proxy stopped")
+		}
+		migrationErr <- err
+	}()
 	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
 		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready})
 	stop() // heartbeat.Run also returns early on a bad configuration
-	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr)
+	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr, <-migrationErr)
 	if err != nil {
 		klog.ErrorS(err, "kemu-nodeagent stopped with errors")
 		return 1

@@ -5,9 +5,10 @@
 // speaks TLS 1.3 only and requires a client certificate, verified against
 // kemu's migration CA; clients verify the server's certificate for the
 // target node's name. Certificates are ECDSA P-256, CN and DNS SAN the
-// node name, for server and client auth; the CA lives in a Secret
-// (EnsureSecret creates it when absent) and each node agent issues its
-// own certificate from it (CA.IssueNode). A Store holds the current
+// node name, for server and client auth (kube/migrationca: the CA in a
+// Secret only the controller reads; each node agent gets its certificate
+// through a CertificateSigningRequest, nodeagent/migrationcert; CA.IssueNode
+// makes a whole node's material in one process). A Store holds the current
 // material; Store.Reload applies to new connections without a restart.
 //
 // After the handshake the client sends one header and the server answers

@@ -1,4 +1,4 @@
-package migrationproxy
+package migrationca
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestEnsureSecret(t *testing.T) {
 	tests := []struct {
 		name    string
 		objects []runtime.Object
-		// race makes Create fail with AlreadyExists after another agent
+		// race makes Create fail with AlreadyExists after another controller
 		// created the Secret holding raced.
 		race        bool
 		want        *CA // nil: a new CA
@@ -51,7 +51,7 @@ func TestEnsureSecret(t *testing.T) {
 	}{
 		{name: "absent: created", wantCreates: 1},
 		{name: "present: read", objects: []runtime.Object{caSecret(t, existing)}, want: existing},
-		{name: "created by another agent meanwhile", race: true, want: raced, wantCreates: 1},
+		{name: "created by another controller meanwhile", race: true, want: raced, wantCreates: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package migrationproxy
+package migrationca
 
 import (
 	"context"
