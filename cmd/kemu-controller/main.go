@@ -33,6 +33,7 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/metrics"
+	"github.com/kemu-dev/kemu/controller/evacuation"
 	"github.com/kemu-dev/kemu/controller/migrationcert"
 	"github.com/kemu-dev/kemu/controller/node"
 	"github.com/kemu-dev/kemu/controller/template"
@@ -235,7 +236,11 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 	if err != nil {
 		return nil, err
 	}
-	return []controller.Runnable{vmic, vmc, nodec, certc}, nil
+	evacc, err := evacuation.New(kube, kemu, inf.Kube, inf.Kemu, recorder, evacuation.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return []controller.Runnable{vmic, vmc, nodec, certc, evacc}, nil
 }
 
 // leaderElect runs run while this instance holds the Lease. The Lease is
