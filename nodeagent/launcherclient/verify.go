@@ -128,6 +128,12 @@ var errNoSocket = errors.New("no launcher socket")
 // launcher.sock is missing; an *os.PathError wrapping fs.ErrNotExist when a
 // directory is missing; other errors.
 func (t Target) openSocket() (int, error) {
+	return t.walk(append(socketsDirNames(t.PodUID), launcherpod.Socket), true)
+}
+
+// walk opens names from the kubelet root as openSocket does; the last is
+// a socket when sock, else a directory (errNoSocket is then not used).
+func (t Target) walk(names []string, sock bool) (int, error) {
 	if err := t.validate(); err != nil {
 		return -1, err
 	}
@@ -135,10 +141,9 @@ func (t Target) openSocket() (int, error) {
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: t.KubeletRoot, Err: err}
 	}
-	names := append(socketsDirNames(t.PodUID), launcherpod.Socket)
 	rel := ""
 	for i, name := range names {
-		last := i == len(names)-1
+		last := i == len(names)-1 && sock
 		rel = path.Join(rel, name)
 		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveBeneath})
 		unix.Close(dir)
@@ -225,6 +230,11 @@ const procRoot = "/proc"
 // process is checked to be still alive after its cgroup was read, so the
 // pid cannot have been reused in between.
 func checkPeer(conn *net.UnixConn, t Target) (int, error) {
+	return checkPeerOn(conn, t, t.SocketPath())
+}
+
+// checkPeerOn is checkPeer for the socket at sock (named in messages).
+func checkPeerOn(conn *net.UnixConn, t Target, sock string) (int, error) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -234,7 +244,6 @@ func checkPeer(conn *net.UnixConn, t Target) (int, error) {
 		credErr    error
 		pidfd      = -1
 		pidfdErr   error
-		sock       = t.SocketPath()
 		controlErr error
 	)
 	controlErr = raw.Control(func(fd uintptr) {

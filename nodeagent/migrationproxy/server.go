@@ -86,7 +86,24 @@ func (s *Server) Close() error {
 type route struct {
 	// sourceNode is the only peer (its certificate's CN) accepted.
 	sourceNode string
-	sockets    map[string]string // channel → unix socket
+	dials      map[string]DialFunc // channel → the local end
+}
+
+// DialFunc connects to the local end of one channel of a registered
+// migration (the target launcher's socket). It is called for each
+// authenticated connection, after the header was accepted.
+type DialFunc func(ctx context.Context) (*net.UnixConn, error)
+
+// UnixDialer dials the unix socket at path (absolute).
+func UnixDialer(path string) DialFunc {
+	return func(ctx context.Context) (*net.UnixConn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.UnixConn), nil
+	}
 }
 
 // Register routes migration uid's channels to local unix sockets
@@ -94,24 +111,39 @@ type route struct {
 // (the CN of the peer's certificate). It replaces an earlier registration
 // of uid; connections already spliced keep going.
 func (s *Server) Register(uid, sourceNode string, sockets map[string]string) error {
+	dials := make(map[string]DialFunc, len(sockets))
+	for ch, path := range sockets {
+		if !filepath.IsAbs(path) {
+			return fmt.Errorf("register migration %s: channel %s: socket path %q is not absolute", uid, ch, path)
+		}
+		dials[ch] = UnixDialer(path)
+	}
+	return s.RegisterDial(uid, sourceNode, dials)
+}
+
+// RegisterDial is Register with a dial function per channel: the node
+// agent's verified connection to the target launcher's socket (no
+// symlink followed, the listener in the target Pod), made anew for each
+// connection.
+func (s *Server) RegisterDial(uid, sourceNode string, dials map[string]DialFunc) error {
 	if err := ValidateUID(uid); err != nil {
 		return fmt.Errorf("register migration: %w", err)
 	}
 	if sourceNode == "" {
 		return fmt.Errorf("register migration %s: no source node", uid)
 	}
-	routes := make(map[string]string, len(sockets))
-	for ch, path := range sockets {
+	routes := make(map[string]DialFunc, len(dials))
+	for ch, dial := range dials {
 		if !ValidChannel(ch) {
 			return fmt.Errorf("register migration %s: unknown channel %q", uid, ch)
 		}
-		if !filepath.IsAbs(path) {
-			return fmt.Errorf("register migration %s: channel %s: socket path %q is not absolute", uid, ch, path)
+		if dial == nil {
+			return fmt.Errorf("register migration %s: channel %s: no dial function", uid, ch)
 		}
-		routes[ch] = path
+		routes[ch] = dial
 	}
 	s.mu.Lock()
-	s.routes[uid] = route{sourceNode: sourceNode, sockets: routes}
+	s.routes[uid] = route{sourceNode: sourceNode, dials: routes}
 	s.mu.Unlock()
 	klog.InfoS("Migration registered with the proxy", "migrationUID", uid, "sourceNode", sourceNode, "channels", len(routes))
 	return nil
@@ -129,20 +161,20 @@ func (s *Server) Unregister(uid string) {
 	klog.InfoS("Migration unregistered from the proxy", "migrationUID", uid)
 }
 
-// route finds the socket of h for a peer named peer. A peer other than
-// the migration's source is told the migration is unknown.
-func (s *Server) route(h Header, peer string) (string, Status) {
+// route finds the dial function of h for a peer named peer. A peer other
+// than the migration's source is told the migration is unknown.
+func (s *Server) route(h Header, peer string) (DialFunc, Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.routes[h.UID]
 	if !ok || r.sourceNode != peer {
-		return "", StatusUnknownMigration
+		return nil, StatusUnknownMigration
 	}
-	path, ok := r.sockets[h.Channel]
+	dial, ok := r.dials[h.Channel]
 	if !ok {
-		return "", StatusUnknownChannel
+		return nil, StatusUnknownChannel
 	}
-	return path, StatusOK
+	return dial, StatusOK
 }
 
 func (s *Server) acceptLoop() {
@@ -203,16 +235,17 @@ func (s *Server) handle(sess *session, c net.Conn) {
 		return
 	}
 	s.conns.setUID(sess, h.UID)
-	path, status := s.route(h, peer)
+	dial, status := s.route(h, peer)
 	if status != StatusOK {
 		klog.InfoS("Migration proxy refused a connection", "remote", remote, "peer", peer, "migrationUID", h.UID, "channel", h.Channel, "reason", status.String())
 		writeStatus(tc, status)
 		return
 	}
-	d := net.Dialer{Timeout: dialTimeout}
-	uc, err := d.DialContext(s.ctx, "unix", path)
+	dctx, cancel := context.WithTimeout(s.ctx, dialTimeout)
+	uc, err := dial(dctx)
+	cancel()
 	if err != nil {
-		klog.ErrorS(err, "Migration proxy could not reach the local socket", "migrationUID", h.UID, "channel", h.Channel, "socket", path)
+		klog.ErrorS(err, "Migration proxy could not reach the local socket", "migrationUID", h.UID, "channel", h.Channel)
 		writeStatus(tc, StatusUnavailable)
 		return
 	}
@@ -226,7 +259,7 @@ func (s *Server) handle(sess *session, c net.Conn) {
 		return
 	}
 	klog.V(2).InfoS("Migration proxy splicing", "remote", remote, "peer", peer, "migrationUID", h.UID, "channel", h.Channel)
-	in, out, err := splice(tc, uc.(*net.UnixConn))
+	in, out, err := splice(tc, uc)
 	klog.V(2).InfoS("Migration proxy splice ended", "migrationUID", h.UID, "channel", h.Channel, "bytesIn", in, "bytesOut", out, "err", err)
 }
 

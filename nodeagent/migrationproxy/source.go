@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -159,7 +160,7 @@ func listenUnix(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, socketMode); err != nil {
+	if err := chmodSocket(tmp, socketMode); err != nil {
 		ln.Close()
 		os.Remove(tmp)
 		return nil, fmt.Errorf("chmod %s: %w", tmp, err)
@@ -170,4 +171,28 @@ func listenUnix(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("rename %s to %s: %w", tmp, path, err)
 	}
 	return ln, nil
+}
+
+// chmodSocket sets the mode of the socket at path without following a
+// symlink: the directory may be writable by others (a Pod's volume), who
+// could put one in the socket's place between bind and chmod.
+func chmodSocket(path string, mode uint32) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%s is no longer the socket bound there", path)
+	}
+	// chmod through the O_PATH descriptor's magic link reaches exactly
+	// that inode (fchmod refuses O_PATH descriptors).
+	if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode); err != nil {
+		return &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	return nil
 }

@@ -41,7 +41,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,6 +105,18 @@ type Config struct {
 	HostDiskDirs []string
 	// HostRoot is the host's / as this process sees it (default "/").
 	HostRoot string
+	// Migrations is this node's migration proxy; nil: the node agent
+	// takes no part in migrations (their roles' launchers are followed
+	// but sent nothing of a migration).
+	Migrations Migrations
+	// MigrationAddress and MigrationPort are where this node's proxy is
+	// reached (the target role writes them into migrationState).
+	MigrationAddress string
+	MigrationPort    int32
+	// LauncherSocketsDir is the launcher's sockets directory as the
+	// launcher sees it (default launcherpod.SocketsDir): the source's
+	// Migrate names its proxy sockets there.
+	LauncherSocketsDir string
 }
 
 // Controller is the node agent's VMI controller.
@@ -125,6 +136,10 @@ type Controller struct {
 	// written: a cache still showing the VMI our last status write
 	// replaced is stale.
 	written status.Writes
+
+	// pvcs caches the access modes of each VMI's PVCs (LiveMigratable),
+	// by VMI key (guarded by mu).
+	pvcs map[string]pvcCache
 }
 
 // New checks the configuration; Run starts the informers and workers.
@@ -157,11 +172,18 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.HostRoot == "" {
 		cfg.HostRoot = hostdisk.DefaultHostRoot
 	}
+	if cfg.LauncherSocketsDir == "" {
+		cfg.LauncherSocketsDir = launcherpod.SocketsDir
+	}
+	if cfg.Migrations != nil && (cfg.MigrationAddress == "" || cfg.MigrationPort <= 0) {
+		return nil, errors.New("vmi: Migrations needs MigrationAddress and MigrationPort")
+	}
 	return &Controller{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeagent-vmi"}),
 		launchers: map[types.UID]*launcherState{},
+		pvcs:      map[string]pvcCache{},
 	}, nil
 }
 
@@ -178,23 +200,17 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.runCtx = ctx
 	c.mu.Unlock()
 
-	nodeSel := fields.OneTermEqualSelector("status.nodeName", c.cfg.NodeName).String()
-	serverSide, err := c.fieldSelectorWorks(ctx, nodeSel)
-	if err != nil {
+	// Every VMI is watched and filtered here: besides those whose
+	// status.nodeName is this node, a node agent needs the VMIs migrating to
+	// and from it (migrationState.targetNode, sourceNode), which no single
+	// field selector names.
+	if err := c.waitForCRD(ctx); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
 		return nil // stopped while waiting for the CRD
 	}
-	if !serverSide {
-		logger.Info("The VMI CRD has no selectable field status.nodeName: watching every VMI and filtering here")
-	}
-	kemuFactory := kemuinformers.NewSharedInformerFactoryWithOptions(c.cfg.KemuClient, c.cfg.Resync,
-		kemuinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			if serverSide {
-				o.FieldSelector = nodeSel
-			}
-		}))
+	kemuFactory := kemuinformers.NewSharedInformerFactory(c.cfg.KemuClient, c.cfg.Resync)
 	podFactory := informers.NewSharedInformerFactoryWithOptions(c.cfg.KubeClient, c.cfg.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = launcherpod.AppLabel + "=" + launcherpod.AppLauncher
@@ -206,7 +222,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if _, err := vmiInf.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: func(obj any) bool {
 			vmi, ok := obj.(*v1.VirtualMachineInstance)
-			return ok && vmi.Status.NodeName == c.cfg.NodeName
+			return ok && c.concerns(vmi)
 		},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueueVMI,
@@ -244,28 +260,30 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
-// fieldSelectorWorks asks whether the API server filters VMIs by
-// status.nodeName (the CRD declares it a selectable field); it waits for the
-// CRD to exist.
-func (c *Controller) fieldSelectorWorks(ctx context.Context, sel string) (bool, error) {
-	var serverSide bool
+// waitForCRD waits until VMIs can be listed (the kemu.dev CRD exists).
+func (c *Controller) waitForCRD(ctx context.Context) error {
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances("").List(ctx,
-			metav1.ListOptions{FieldSelector: sel, Limit: 1})
-		switch {
-		case err == nil:
-			serverSide = true
-			return true, nil
-		case apierrors.IsBadRequest(err):
+		_, err := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances("").List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
 			return true, nil
 		}
 		klog.FromContext(ctx).Error(err, "Listing VMIs (is the kemu.dev CRD installed?); retrying")
 		return false, nil
 	})
 	if err != nil && ctx.Err() != nil {
-		return false, nil
+		return nil
 	}
-	return serverSide, err
+	return err
+}
+
+// concerns says whether a VMI is this node's: its status.nodeName, or a
+// migration's target or source node.
+func (c *Controller) concerns(vmi *v1.VirtualMachineInstance) bool {
+	if vmi.Status.NodeName == c.cfg.NodeName {
+		return true
+	}
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.MigrationUID != "" && (ms.TargetNode == c.cfg.NodeName || ms.SourceNode == c.cfg.NodeName)
 }
 
 func (c *Controller) enqueueVMI(obj any) {

@@ -23,10 +23,16 @@ const (
 	// alone gets Sync, the annotations' commands (pause, soft reboot) and
 	// the shutdown. A VMI has at most one here (activeLauncher).
 	RoleSource Role = "source"
-	// RoleOther is any other launcher Pod of the VMI on this node: it is
-	// connected, verified and followed like the source, but sent nothing,
-	// and its domain (or its loss) never reaches the VMI. The migration
-	// issues give a migration's target Pod a role of its own.
+	// RoleTarget is the target Pod of the VMI's current migration: labelled
+	// kemu.dev/migration-uid with status.migrationState.migrationUid. It
+	// gets PrepareMigrationTarget, its sockets are registered with the
+	// proxy, and it writes the target's migrationState fields
+	// (migration_target.go); its domain never reaches the VMI's phase.
+	RoleTarget Role = "target"
+	// RoleOther is any other launcher Pod of the VMI on this node (an
+	// earlier migration's target, a leftover): it is connected, verified
+	// and followed like the source, but sent nothing, and its domain (or
+	// its loss) never reaches the VMI.
 	RoleOther Role = "other"
 )
 
@@ -68,19 +74,37 @@ func (c *Controller) launcherRefs(vmi *v1.VirtualMachineInstance) []launcherRef 
 	refs = append(refs, listed...)
 	source := activeLauncher(vmi, refs)
 	for i := range refs {
-		refs[i].role = RoleOther
-		if refs[i].uid == source {
-			refs[i].role = RoleSource
-		}
+		refs[i].role = launcherRole(vmi, refs[i], source)
 	}
 	return refs
 }
 
+// launcherRole is a launcher Pod's role: the source (activeLauncher's
+// choice), the target of the VMI's current migration, or other.
+func launcherRole(vmi *v1.VirtualMachineInstance, r launcherRef, source types.UID) Role {
+	switch ms := vmi.Status.MigrationState; {
+	case r.uid == source:
+		return RoleSource
+	case r.pod != nil && ms != nil && ms.MigrationUID != "" && r.pod.Labels[launcherpod.MigrationUIDLabel] == string(ms.MigrationUID):
+		return RoleTarget
+	}
+	return RoleOther
+}
+
+// migrationPod says whether a Pod is a migration's target Pod (labelled
+// kemu.dev/migration-uid).
+func migrationPod(p *corev1.Pod) bool {
+	_, ok := p.Labels[launcherpod.MigrationUIDLabel]
+	return ok
+}
+
 // activeLauncher decides which of the VMI's launcher Pods here writes the
 // VMI's status: the Pod status.launcherPod names; else the newest of its
-// Pods in the cache (the only one, but for leftovers); else, with no Pod in
-// the cache, the first UID status.activePods lists for this node. "" when
-// the VMI has no launcher here.
+// Pods in the cache that is no migration's target (the only one, but for
+// leftovers); else, with no Pod in the cache, the first UID
+// status.activePods lists for this node. "" when the VMI has no launcher
+// here. A migration's target Pod becomes the source only once the
+// controller names it in status.launcherPod (the handoff).
 func activeLauncher(vmi *v1.VirtualMachineInstance, refs []launcherRef) types.UID {
 	var newest *corev1.Pod
 	for _, r := range refs {
@@ -88,6 +112,7 @@ func activeLauncher(vmi *v1.VirtualMachineInstance, refs []launcherRef) types.UI
 		case r.pod == nil:
 		case r.pod.Name == vmi.Status.LauncherPod:
 			return r.uid
+		case migrationPod(r.pod):
 		case newest == nil || r.pod.CreationTimestamp.After(newest.CreationTimestamp.Time):
 			newest = r.pod
 		}
@@ -95,8 +120,10 @@ func activeLauncher(vmi *v1.VirtualMachineInstance, refs []launcherRef) types.UI
 	if newest != nil {
 		return newest.UID
 	}
-	if len(refs) > 0 {
-		return refs[0].uid // activePods' UIDs, sorted
+	for _, r := range refs {
+		if r.pod == nil {
+			return r.uid // activePods' UIDs, sorted
+		}
 	}
 	return ""
 }

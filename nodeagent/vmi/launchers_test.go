@@ -28,13 +28,35 @@ func TestLauncherRefs(t *testing.T) {
 		name string
 		role Role
 	}
+	target := func(name, uid, node, migration string, age time.Duration) *corev1.Pod {
+		p := pod(name, uid, node, "vmi", age)
+		p.Labels[launcherpod.MigrationUIDLabel] = migration
+		return p
+	}
 	for _, tc := range []struct {
-		name        string
-		pods        []*corev1.Pod
-		launcherPod string
-		activePods  map[types.UID]string
-		want        []want // in any order
+		name         string
+		pods         []*corev1.Pod
+		launcherPod  string
+		activePods   map[types.UID]string
+		migrationUID string
+		want         []want // in any order
+		noSource     bool
 	}{
+		{name: "a migration's target beside its source: the newer Pod is the target, not the source", launcherPod: "src", migrationUID: "m1",
+			pods: []*corev1.Pod{pod("src", "u-src", "n1", "vmi", time.Hour), target("tgt", "u-tgt", "n1", "m1", 0)},
+			want: []want{{"u-src", "src", RoleSource}, {"u-tgt", "tgt", RoleTarget}}},
+		{name: "source unnamed: the target Pod is never the newest", migrationUID: "m1",
+			pods: []*corev1.Pod{pod("src", "u-src", "n1", "vmi", time.Hour), target("tgt", "u-tgt", "n1", "m1", 0)},
+			want: []want{{"u-src", "src", RoleSource}, {"u-tgt", "tgt", RoleTarget}}},
+		{name: "only the target here (the source on another node)", launcherPod: "src", migrationUID: "m1",
+			pods: []*corev1.Pod{pod("src", "u-src", "n2", "vmi", time.Hour), target("tgt", "u-tgt", "n1", "m1", 0)},
+			want: []want{{"u-tgt", "tgt", RoleTarget}}, noSource: true},
+		{name: "an earlier migration's target is other", migrationUID: "m2",
+			pods: []*corev1.Pod{target("old", "u-old", "n1", "m1", 0)},
+			want: []want{{"u-old", "old", RoleOther}}, noSource: true},
+		{name: "after the handoff the target Pod is the source", launcherPod: "tgt", migrationUID: "m1",
+			pods: []*corev1.Pod{target("tgt", "u-tgt", "n1", "m1", 0)},
+			want: []want{{"u-tgt", "tgt", RoleSource}}},
 		{name: "no Pod", want: nil},
 		{name: "the only Pod", pods: []*corev1.Pod{pod("a", "ua", "n1", "vmi", 0)},
 			want: []want{{"ua", "a", RoleSource}}},
@@ -64,6 +86,9 @@ func TestLauncherRefs(t *testing.T) {
 			c := &Controller{cfg: Config{NodeName: "n1"}, podLister: corelisters.NewPodLister(idx)}
 			vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "vmi"},
 				Status: v1.VirtualMachineInstanceStatus{LauncherPod: tc.launcherPod, ActivePods: tc.activePods}}
+			if tc.migrationUID != "" {
+				vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: types.UID(tc.migrationUID)}
+			}
 			got := map[types.UID]want{}
 			sources := 0
 			for _, r := range c.launcherRefs(vmi) {
@@ -80,7 +105,10 @@ func TestLauncherRefs(t *testing.T) {
 					t.Errorf("ref %s = %+v, want %+v", w.uid, got[w.uid], w)
 				}
 			}
-			if len(tc.want) > 0 && sources != 1 {
+			if tc.noSource && sources != 0 {
+				t.Errorf("%d sources, want none", sources)
+			}
+			if len(tc.want) > 0 && !tc.noSource && sources != 1 {
 				t.Errorf("%d sources, want 1", sources)
 			}
 		})

@@ -51,6 +51,9 @@ type launcherState struct {
 	// refusal is the last refusal of what was at the launcher socket; nil
 	// before any and once the Pod's launcher verified.
 	refusal *launcherclient.UnverifiedError
+	// mig is the migration this launcher takes part in (migration_run.go).
+	mig migrationRun
+
 	// lost is set when a reconnection of the established client found the
 	// socket no longer verifying (Follow's ErrUnverified): the state is
 	// then replaced by a fresh one.
@@ -142,8 +145,10 @@ func (s *launcherState) observation(now time.Time) Observation {
 	return o
 }
 
-// close ends the goroutines and the connection (the VM keeps running).
+// close ends the goroutines, the connection and the entry's side of a
+// migration (the VM keeps running).
 func (s *launcherState) close() {
+	s.endMigration()
 	if s.cancel != nil {
 		s.cancel()
 	}

@@ -32,6 +32,7 @@ const (
 	domainReasonCrashed       = rpc.DomainReason_Crashed
 	domainReasonFailedToStart = rpc.DomainReason_FailedToStart
 	domainReasonGuestPanicked = rpc.DomainReason_GuestPanicked
+	domainReasonMigrated      = rpc.DomainReason_Migrated
 )
 
 // Reasons the node agent writes into status.reason and its conditions.
@@ -166,6 +167,10 @@ func ApplyStatus(vmi *v1.VirtualMachineInstance, o Observation) {
 		return
 	}
 	switch state := d.GetState(); {
+	case state == stateShutoff && d.GetReason() == domainReasonMigrated:
+		// The source launcher ended because the guest runs on the
+		// migration's target: the VMI lives on (the controller moves it).
+		return
 	case state == stateShutoff:
 		phase, reason := finalPhase(d)
 		msg := d.GetMessage()

@@ -40,11 +40,12 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if vmi.Status.NodeName != c.cfg.NodeName || vmi.Status.Phase.IsFinal() {
+	if !c.concerns(vmi) || vmi.Status.Phase.IsFinal() {
 		// Not (or no longer) ours to run, or over: let the launchers go.
 		c.drop(key)
 		return 0, nil
 	}
+	onNode := vmi.Status.NodeName == c.cfg.NodeName
 	if c.written.Stale(key, vmi.ResourceVersion) {
 		// Our last status write is not in the cache yet; its event
 		// requeues us.
@@ -56,26 +57,47 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	var after time.Duration
 	var source *launcherState
 	var sourcePod *corev1.Pod
+	var writes []migrationWrite
 	for i, st := range c.entries(key, vmi.UID, refs) {
 		a, err := c.syncLauncher(ctx, st, vmi, refs[i].pod)
 		if err != nil {
 			return 0, err
 		}
 		after = minPositive(after, a)
-		if st.role == RoleSource {
-			source, sourcePod = c.current(st), refs[i].pod
+		switch st = c.current(st); st.role {
+		case RoleSource:
+			source, sourcePod = st, refs[i].pod
+		case RoleTarget:
+			writes = append(writes, c.syncTarget(ctx, st, vmi)...)
 		}
 	}
+	if !onNode {
+		// A migration's target here (before the handoff), or its source
+		// (after it): nothing of the domain reaches the VMI; the target role
+		// writes its migrationState fields, the source only finalizes.
+		if source != nil {
+			_, a := c.syncSource(ctx, source, vmi, false)
+			after = minPositive(after, a)
+		}
+		if ms := vmi.Status.MigrationState; len(writes) > 0 && ms != nil && ms.TargetNode == c.cfg.NodeName {
+			if err := c.updateStatus(ctx, vmi, nil, nil, migrationChanges(writes, nil)); err != nil {
+				return 0, err
+			}
+		}
+		return after, nil
+	}
 	if source == nil {
-		// No launcher Pod here: a Running VMI's launcher is gone; else the
-		// controller has not recorded the Pod yet.
+		// No launcher Pod here: a Running VMI's launcher is gone (unless the
+		// guest moved to a migration's target); else the controller has not
+		// recorded the Pod yet.
 		o := Observation{Now: metav1.Now()}
-		if vmi.Status.Phase == v1.Running {
+		ms := vmi.Status.MigrationState
+		if vmi.Status.Phase == v1.Running && !(ms != nil && ms.Completed && ms.TargetNodeDomainReadyTimestamp != nil) {
 			o.Gone = fmt.Sprintf("no launcher Pod of the VMI on node %s", c.cfg.NodeName)
 		} else {
 			after = c.cfg.SocketPoll
 		}
-		if err := c.updateStatus(ctx, vmi, o, nil); err != nil {
+		if err := c.updateStatus(ctx, vmi, &o, nil, migrationChanges(writes, nil)); err != nil {
 			return 0, err
 		}
 		return after, nil
@@ -91,12 +113,32 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 				return 0, err
 			}
 			after = minPositive(after, a)
+			w, a := c.syncSource(ctx, source, vmi, true)
+			writes = append(writes, w...)
+			after = minPositive(after, a)
 		}
 	}
-	if err := c.updateStatus(ctx, vmi, source.observation(time.Now()), source.getRefusal()); err != nil {
+	pvcs, err := c.vmiPVCs(ctx, key, vmi)
+	if err != nil {
+		return 0, err
+	}
+	live := liveMigratable(vmi, pvcs)
+	o := source.observation(time.Now())
+	if err := c.updateStatus(ctx, vmi, &o, source.getRefusal(), migrationChanges(writes, &live)); err != nil {
 		return 0, err
 	}
 	return after, nil
+}
+
+// migrationChanges applies the migration writes and (the source role's)
+// LiveMigratable condition (nil: untouched).
+func migrationChanges(writes []migrationWrite, live *v1.VirtualMachineInstanceCondition) func(*v1.VirtualMachineInstance, metav1.Time) {
+	return func(vmi *v1.VirtualMachineInstance, now metav1.Time) {
+		applyMigrationWrites(vmi, writes, now)
+		if live != nil {
+			setCondition(vmi, *live, now)
+		}
+	}
 }
 
 // syncLauncher does one launcher's own work: a connection whose socket no
@@ -501,16 +543,28 @@ func (c *Controller) startShutdown(ctx context.Context, st *launcherState, vmi *
 	}()
 }
 
-// updateStatus applies the observation (and the launcher's verification:
-// refusal nil once verified) to the VMI and writes the status if it
+// updateStatus applies the observation (nil: none; and the launcher's
+// verification: refusal nil once verified) and extra (the migration's
+// fields, LiveMigratable) to the VMI and writes the status if it
 // changed; on a conflict it re-reads the VMI and recomputes, so the
 // controller's fields written in between are kept.
-func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o Observation, refusal *launcherclient.UnverifiedError) error {
+func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, o *Observation, refusal *launcherclient.UnverifiedError,
+	extra func(*v1.VirtualMachineInstance, metav1.Time)) error {
+	now := metav1.Now()
+	if o != nil {
+		now = o.Now
+	}
 	res, err := kubestatus.Update(ctx, c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(vmi.Namespace), vmi,
 		func(vmi *v1.VirtualMachineInstance) {
-			if !vmi.Status.Phase.IsFinal() {
-				ApplyStatus(vmi, o)
+			if vmi.Status.Phase.IsFinal() {
+				return
+			}
+			if o != nil {
+				ApplyStatus(vmi, *o)
 				launcherCondition(vmi, refusal, o.Now)
+			}
+			if extra != nil {
+				extra(vmi, now)
 			}
 		})
 	statusWrites.WithLabelValues("conflict").Add(float64(res.Conflicts))

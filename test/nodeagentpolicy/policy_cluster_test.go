@@ -432,6 +432,29 @@ func TestNodeAgentPolicy(t *testing.T) {
 		}
 		vmis[name] = vmi
 	}
+	// vmi-m runs on node-a and migrates to node-b (what the controller
+	// writes at Scheduled).
+	{
+		vmi := &v1.VirtualMachineInstance{}
+		if err := yaml.UnmarshalStrict([]byte(vmiSpec), vmi); err != nil {
+			t.Fatal(err)
+		}
+		vmi.Name, vmi.Namespace = "vmi-m", tenant
+		vmi, err := kemuAdmin.KemuV1alpha1().VirtualMachineInstances(tenant).Create(ctx, vmi, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vmi.Status.Phase, vmi.Status.NodeName = v1.Running, nodeA
+		vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: "m-1", SourceNode: nodeA, TargetNode: nodeB,
+			SourcePod: "launcher-a", TargetPod: "launcher-b"}
+		if _, err = kemuAdmin.KemuV1alpha1().VirtualMachineInstances(tenant).UpdateStatus(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	migration := func(f func(*v1.VirtualMachineInstanceMigrationState)) func(*v1.VirtualMachineInstance) {
+		return func(vmi *v1.VirtualMachineInstance) { f(vmi.Status.MigrationState) }
+	}
+	kept := "may not change status.nodeName nor the identity of status.migrationState"
 
 	// Node agent Pods as the DaemonSet makes them, bound to node-a and
 	// node-b (they never run: no kubelet), and one not scheduled.
@@ -542,6 +565,35 @@ func TestNodeAgentPolicy(t *testing.T) {
 		{"node-b's agent: status of a VMI on node-b", func() error { return updateStatus(ctx, agentB, "vmi-b", synced) }, ok},
 		{"node-b's agent: status of a VMI on node-a", func() error { return updateStatus(ctx, agentB, "vmi-a", synced) }, deny(pv, "may only update VMIs whose status.nodeName is node-b")},
 
+		// A migrating VMI: the source's agent (node-a, status.nodeName)
+		// and the target's (node-b, migrationState.targetNode) write
+		// their fields of migrationState; neither changes its identity or
+		// status.nodeName; a third node's agent nothing.
+		{"target agent: targetNodeAddress of a VMI migrating to node-b", func() error {
+			return updateStatus(ctx, agentB, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) {
+				m.TargetNodeAddress, m.TargetMigrationPort, m.TargetNodeDomainDetected = "10.250.0.12", 8186, true
+			}))
+		}, ok},
+		{"source agent: startTimestamp of its migrating VMI", func() error {
+			return updateStatus(ctx, agentA, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) { n := metav1.Now(); m.StartTimestamp = &n }))
+		}, ok},
+		{"target agent: take the VMI (status.nodeName = node-b)", func() error { return updateStatus(ctx, agentB, "vmi-m", setNode(nodeB)) }, deny(pv, kept)},
+		{"target agent: change migrationState.targetPod", func() error {
+			return updateStatus(ctx, agentB, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) { m.TargetPod = "other" }))
+		}, deny(pv, kept)},
+		{"source agent: change migrationState.migrationUid", func() error {
+			return updateStatus(ctx, agentA, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) { m.MigrationUID = "m-2" }))
+		}, deny(pv, kept)},
+		{"source agent: change migrationState.sourceNode", func() error {
+			return updateStatus(ctx, agentA, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) { m.SourceNode = nodeB }))
+		}, deny(pv, kept)},
+		{"source agent: redirect the migration (targetNode = node-a)", func() error {
+			return updateStatus(ctx, agentA, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) { m.TargetNode = nodeA }))
+		}, deny(pv, kept)},
+		{"target agent: drop the migration's targetNode (loses its reach)", func() error {
+			return updateStatus(ctx, agentB, "vmi-m", migration(func(m *v1.VirtualMachineInstanceMigrationState) { m.TargetNode = "" }))
+		}, deny(pv, "before and after the update")},
+
 		// Nodes: its own, and only kemu.dev/ labels and annotations.
 		{"heartbeat of its node", func() error { return beat(ctx, agentA, nodeA) }, ok},
 		{"mark its node unschedulable", func() error {
@@ -627,8 +679,8 @@ func TestNodeAgentPolicy(t *testing.T) {
 		}, ok},
 		{"plain token: list VMIs", func() error {
 			l, err := plain.kemu.KemuV1alpha1().VirtualMachineInstances("").List(ctx, metav1.ListOptions{})
-			if err == nil && len(l.Items) != 3 {
-				err = fmt.Errorf("listed %d VMIs, want 3", len(l.Items))
+			if err == nil && len(l.Items) != 4 {
+				err = fmt.Errorf("listed %d VMIs, want 4 (vmi-a, vmi-b, vmi-pending, vmi-m)", len(l.Items))
 			}
 			return err
 		}, ok},
