@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -68,8 +69,9 @@ func run() int {
 	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
 	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz and /metrics (empty: none)")
 	fs.IntVar(&workers, "vmi-workers", 2, "VMIs reconciled in parallel")
-	var migrationAddr, systemNamespace string
+	var migrationAddr, migrationAdvertise, systemNamespace string
 	fs.StringVar(&migrationAddr, "migration-addr", migrationproxy.DefaultAddr, "address of the migration proxy (TLS 1.3, mutual; its node certificate comes from the controller's signer "+migrationca.SignerName+")")
+	fs.StringVar(&migrationAdvertise, "migration-advertise-address", os.Getenv("POD_IP"), "the address other nodes' agents reach this node's migration proxy at (default $POD_IP)")
 	fs.StringVar(&systemNamespace, "system-namespace", "kemu-system", "kemu's namespace, holding the migration CA bundle (ConfigMap "+migrationca.ConfigMapName+")")
 	var hostDiskDirsFlag, hostRoot string
 	fs.StringVar(&hostRoot, "host-root", hostdisk.DefaultHostRoot, "the host's / as this process sees it (hostDisks are resolved there)")
@@ -128,20 +130,25 @@ func run() int {
 		return 2
 	}
 	defer stopRecorder()
-	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs, HostRoot: hostRoot,
-		Recorder: recorder})
-	if err != nil {
-		klog.ErrorS(err, "VMI controller")
-		return 2
-	}
 	// The migration proxy: it listens once the controller signed this
 	// node's certificate and renews it. The VMI reconcile registers
-	// incoming migrations with migration.Server().Register and opens
-	// outgoing ones with migrationproxy.ListenSource(..., migration.Store())
-	// once migration.Ready() is closed.
+	// incoming migrations on it and opens outgoing ones through it (it
+	// answers migrationcert.ErrNotReady before the first certificate).
 	migration, err := migrationcert.NewProxy(migrationcert.Config{Client: client, NodeName: nodeName, Namespace: systemNamespace}, migrationAddr)
 	if err != nil {
 		klog.ErrorS(err, "Migration proxy")
+		return 2
+	}
+	migrationPort, err := portOf(migrationAddr)
+	if err != nil || migrationAdvertise == "" {
+		klog.ErrorS(err, "Migration proxy address: --migration-addr needs a port and --migration-advertise-address (or $POD_IP) an address",
+			"addr", migrationAddr, "advertise", migrationAdvertise)
+		return 2
+	}
+	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs, HostRoot: hostRoot,
+		Recorder: recorder, Migrations: migration, MigrationAddress: migrationAdvertise, MigrationPort: migrationPort})
+	if err != nil {
+		klog.ErrorS(err, "VMI controller")
 		return 2
 	}
 	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir, "kubeletRoot", kubeletRoot)
@@ -227,4 +234,17 @@ func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager
 		_ = srv.Shutdown(sctx)
 	}()
 	return nil
+}
+
+// portOf is the port of a listen address (host:port, :port).
+func portOf(addr string) (int32, error) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("port %q: want 1-65535", p)
+	}
+	return int32(n), nil
 }
