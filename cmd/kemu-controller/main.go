@@ -1,4 +1,4 @@
-// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node) under leader election (a coordination.k8s.io Lease), with
+// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node, migration) under leader election (a coordination.k8s.io Lease), with
 // /healthz, /readyz and /metrics on --metrics-addr. SIGTERM/SIGINT stop the
 // controllers, release the Lease and exit 0.
 //
@@ -33,6 +33,7 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/controller"
 	"github.com/kemu-dev/kemu/controller/metrics"
+	"github.com/kemu-dev/kemu/controller/migration"
 	"github.com/kemu-dev/kemu/controller/node"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/controller/vm"
@@ -50,6 +51,7 @@ type options struct {
 	leaderElect                                                                bool
 	leaseDuration, renewDeadline, retryPeriod, resync                          time.Duration
 	nodeHeartbeatTimeout                                                       time.Duration
+	migration                                                                  migrationOptions
 	workers                                                                    int
 	qps                                                                        float64
 	burst                                                                      int
@@ -101,6 +103,7 @@ func parseFlags(args []string) (options, error) {
 		"age of a node agent's heartbeat after which its node is labelled unschedulable and its VMIs without launcher Pods fail")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API requests per second")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "API request burst")
+	bindMigrationFlags(fs, &o.migration)
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -125,6 +128,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.nodeHeartbeatTimeout <= 0 {
 		return o, fmt.Errorf("--node-heartbeat-timeout %s: must be positive", o.nodeHeartbeatTimeout)
+	}
+	if err := o.migration.validate(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -225,7 +231,17 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 	if err != nil {
 		return nil, err
 	}
-	return []controller.Runnable{vmic, vmc, nodec}, nil
+	migc, err := migration.New(o.migration.config(migration.Config{
+		KubeClient: kube, KemuClient: kemu,
+		MigrationInformer: inf.Kemu.Kemu().V1alpha1().VirtualMachineInstanceMigrations(),
+		VMIInformer:       inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),
+		PodInformer:       inf.LauncherPods.Core().V1().Pods(),
+		Template:          tmpl, Recorder: recorder,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return []controller.Runnable{vmic, vmc, nodec, migc}, nil
 }
 
 // leaderElect runs run while this instance holds the Lease. The Lease is
