@@ -364,15 +364,6 @@ func podDeleted(t *testing.T, ns, name string) {
 	})
 }
 
-func condition(m *v1.VirtualMachineInstanceMigration, typ string) *v1.VirtualMachineInstanceMigrationCondition {
-	for i := range m.Status.Conditions {
-		if m.Status.Conditions[i].Type == typ {
-			return &m.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func waitEvent(t *testing.T, ns, name, reason, contains string) {
 	t.Helper()
 	var seen []string

@@ -70,9 +70,10 @@ func (c *Controller) sourcePod(vmi *v1.VirtualMachineInstance) (*corev1.Pod, err
 
 // running lists the migrations that count against the limits: those past
 // Pending and not final, those whose target Pod was just created
-// (inflight), and every target Pod that still lives without being its
-// VMI's launcher Pod (a failed migration's Pod still terminating takes its
-// slot until it is gone). Call with c.admit held.
+// (inflight), and every migration's target Pod that still lives without
+// being its VMI's launcher Pod (a failed migration's Pod still terminating
+// takes its slot until it is gone or its migration is deleted). Call with
+// c.admit held.
 func (c *Controller) running() ([]running, error) {
 	all, err := c.migLister.List(everything)
 	if err != nil {
@@ -117,12 +118,16 @@ func (c *Controller) running() ([]running, error) {
 		if uid == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
+		if byUID[uid] == nil {
+			continue // no migration of ours (anyone may label a Pod)
+		}
 		vmiName, ok := ownerVMI(p)
 		if !ok {
 			continue
 		}
-		if vmi, err := c.vmiLister.VirtualMachineInstances(p.Namespace).Get(vmiName); err == nil && vmi.Status.LauncherPod == p.Name {
-			continue // a finished migration's target: the VM's launcher Pod now
+		vmi, err := c.vmiLister.VirtualMachineInstances(p.Namespace).Get(vmiName)
+		if err != nil || !ownedBy(p, vmi) || vmi.Status.LauncherPod == p.Name {
+			continue // not the VMI's, or a finished migration's target: the VM's launcher Pod now
 		}
 		add(uid, p.Namespace, vmiName)
 	}

@@ -74,6 +74,12 @@ func progress(m *v1.VirtualMachineInstanceMigration, vmi *v1.VirtualMachineInsta
 		return step{phase: v1.MigrationFailed, reason: ReasonAborted, msg: "canceled before the target was ready",
 			failState: true, deleteTarget: true}
 	}
+	if ms == nil && !beforeReady {
+		// TargetReady and Running were reached on this migration's
+		// migrationState; without it no node agent acts for it any more.
+		return step{phase: v1.MigrationFailed, reason: ReasonMigrationFailed, deleteTarget: true,
+			msg: fmt.Sprintf("VMI %q no longer holds this migration's migrationState", vmi.Name)}
+	}
 	if s, bad := targetTrouble(target); bad {
 		return s
 	}

@@ -74,6 +74,16 @@ func setCondition(m *v1.VirtualMachineInstanceMigration, typ, reason, msg string
 		Status: string(corev1.ConditionTrue), Reason: reason, Message: msg, LastProbeTime: now, LastTransitionTime: now})
 }
 
+// condition is m's condition of type typ, nil when it has none.
+func condition(m *v1.VirtualMachineInstanceMigration, typ string) *v1.VirtualMachineInstanceMigrationCondition {
+	for i := range m.Status.Conditions {
+		if m.Status.Conditions[i].Type == typ {
+			return &m.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 func removeCondition(m *v1.VirtualMachineInstanceMigration, typ string) {
 	m.Status.Conditions = slices.DeleteFunc(m.Status.Conditions, func(c v1.VirtualMachineInstanceMigrationCondition) bool { return c.Type == typ })
 	if len(m.Status.Conditions) == 0 {

@@ -186,11 +186,11 @@ func (c *Controller) syncProgress(ctx context.Context, m *v1.VirtualMachineInsta
 			err = c.updateVMI(ctx, vmi, func(vmi *v1.VirtualMachineInstance) { failState(m, vmi, s.reason) })
 		case s.abort:
 			err = c.updateVMI(ctx, vmi, func(vmi *v1.VirtualMachineInstance) { abortState(m, vmi) })
-			if err == nil {
+			if err == nil && condition(m, ConditionAbortRequested) == nil {
+				c.cfg.Recorder.Event(m, corev1.EventTypeNormal, ReasonAbortRequested, s.msg)
 				err = c.updateStatus(ctx, m, s.msg, func(m *v1.VirtualMachineInstanceMigration) {
 					setCondition(m, ConditionAbortRequested, s.reason, s.msg)
 				})
-				c.cfg.Recorder.Event(m, corev1.EventTypeNormal, ReasonAbortRequested, s.msg)
 			}
 		case s.handoff:
 			err = c.updateVMI(ctx, vmi, func(vmi *v1.VirtualMachineInstance) { handoff(m, vmi, target) })
