@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -259,5 +260,16 @@ func TestSurplus(t *testing.T) {
 	}
 	if len(surplus(all[:5], "vm", KeepFinished)) != 0 {
 		t.Error("five finished: none to delete")
+	}
+}
+
+func TestTargetPodName(t *testing.T) {
+	long := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 60), UID: "vmi-uid"}}
+	short := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", UID: "vmi-uid"}}
+	for _, vmi := range []*v1.VirtualMachineInstance{long, short} {
+		a, b := launcherpod.MigrationTargetPodName(vmi, "m1"), launcherpod.MigrationTargetPodName(vmi, "m2")
+		if a == b || a == launcherpod.PodName(vmi) || len(a) > launcherpod.MaxPodNameLength || a != launcherpod.MigrationTargetPodName(vmi, "m1") {
+			t.Errorf("names %q %q (source %q)", a, b, launcherpod.PodName(vmi))
+		}
 	}
 }

@@ -384,3 +384,24 @@ func TestFailedMigration(t *testing.T) {
 		return nil
 	})
 }
+
+// TestVMIDeleted: deleting the VMI mid-migration deletes the target Pod
+// with its other Pods (VMI controller) and fails the migration.
+func TestVMIDeleted(t *testing.T) {
+	ns := newNamespace(t, "vmi-deleted")
+	startControllers(t, ns, &Config{})
+	startVMI(t, ns, "vm", corev1.ConditionTrue)
+	m := createMigration(t, ns, "mig", "vm")
+	waitMigration(t, ns, "mig", "Scheduling", inPhase(v1.MigrationScheduling))
+	target := targetOf(t, ns, m)
+	bind(t, target, targetNode)
+	waitMigration(t, ns, "mig", "Scheduled", inPhase(v1.MigrationScheduled))
+	if err := kemu.KemuV1alpha1().VirtualMachineInstances(ns).Delete(context.Background(), "vm", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podDeleted(t, ns, target.Name)
+	got := waitMigration(t, ns, "mig", "Failed", inPhase(v1.MigrationFailed))
+	if c := condition(got, ConditionFailed); c == nil || c.Reason != ReasonVMIFinal {
+		t.Errorf("conditions %+v", got.Status.Conditions)
+	}
+}
