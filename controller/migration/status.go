@@ -15,7 +15,7 @@ import (
 	"github.com/kemu-dev/kemu/kube/status"
 )
 
-// updateMigration applies mutate to the migration's status and writes it if
+// updateStatus applies mutate to the migration's status and writes it if
 // it changed (conflicts retried on the fresh object); a phase change is an
 // Event (reason = the new phase) explaining why.
 func (c *Controller) updateStatus(ctx context.Context, m *v1.VirtualMachineInstanceMigration, why string,
