@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
@@ -48,4 +50,13 @@ func VMINameLabelValue(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	keep := utilvalidation.LabelValueMaxLength - len("-") - 10
 	return strings.TrimRight(name[:min(keep, len(name))], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// MigrationTargetPodName is the launcher Pod name of a migration's target
+// Pod: PodName's scheme (length rules included) with the migration's UID
+// hashed in beside the VMI's, so it differs from the VMI's first Pod and
+// from every other migration's target, and stays fixed for one migration (a
+// second create of the same target fails with AlreadyExists).
+func MigrationTargetPodName(vmi *v1.VirtualMachineInstance, migrationUID types.UID) string {
+	return PodName(&v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: vmi.Name, UID: vmi.UID + "/" + migrationUID}})
 }

@@ -1,4 +1,4 @@
-// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node, the migration certificate signer) under leader election (a coordination.k8s.io Lease), with
+// kemu-controller runs kemu's cluster-wide controllers (VMI, VM, node, migration, evacuation, the migration certificate signer) under leader election (a coordination.k8s.io Lease), with
 // /healthz, /readyz and /metrics on --metrics-addr. SIGTERM/SIGINT stop the
 // controllers, release the Lease and exit 0.
 //
@@ -32,8 +32,9 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/controller"
-	"github.com/kemu-dev/kemu/controller/metrics"
 	"github.com/kemu-dev/kemu/controller/evacuation"
+	"github.com/kemu-dev/kemu/controller/metrics"
+	"github.com/kemu-dev/kemu/controller/migration"
 	"github.com/kemu-dev/kemu/controller/migrationcert"
 	"github.com/kemu-dev/kemu/controller/node"
 	"github.com/kemu-dev/kemu/controller/template"
@@ -56,6 +57,7 @@ type options struct {
 	leaderElect                                       bool
 	leaseDuration, renewDeadline, retryPeriod, resync time.Duration
 	nodeHeartbeatTimeout                              time.Duration
+	migration                                         migrationOptions
 	workers                                           int
 	qps                                               float64
 	burst                                             int
@@ -108,6 +110,7 @@ func parseFlags(args []string) (options, error) {
 		"age of a node agent's heartbeat after which its node is labelled unschedulable and its VMIs without launcher Pods fail")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API requests per second")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "API request burst")
+	bindMigrationFlags(fs, &o.migration)
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -132,6 +135,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.nodeHeartbeatTimeout <= 0 {
 		return o, fmt.Errorf("--node-heartbeat-timeout %s: must be positive", o.nodeHeartbeatTimeout)
+	}
+	if err := o.migration.validate(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -232,6 +238,16 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 	if err != nil {
 		return nil, err
 	}
+	migc, err := migration.New(o.migration.config(migration.Config{
+		KubeClient: kube, KemuClient: kemu,
+		MigrationInformer: inf.Kemu.Kemu().V1alpha1().VirtualMachineInstanceMigrations(),
+		VMIInformer:       inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),
+		PodInformer:       inf.LauncherPods.Core().V1().Pods(),
+		Template:          tmpl, Recorder: recorder,
+	}))
+	if err != nil {
+		return nil, err
+	}
 	certc, err := migrationcert.New(migrationcert.Config{Client: kube, Namespace: o.systemNamespace, Resync: o.resync})
 	if err != nil {
 		return nil, err
@@ -240,7 +256,7 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 	if err != nil {
 		return nil, err
 	}
-	return []controller.Runnable{vmic, vmc, nodec, certc, evacc}, nil
+	return []controller.Runnable{vmic, vmc, nodec, migc, certc, evacc}, nil
 }
 
 // leaderElect runs run while this instance holds the Lease. The Lease is

@@ -205,7 +205,9 @@ func podOwnerKey(pod *corev1.Pod) (string, bool) {
 func (c *Controller) addPod(obj any) {
 	pod := obj.(*corev1.Pod)
 	if key, ok := podOwnerKey(pod); ok {
-		c.expectations.CreationObserved(key)
+		if !isMigrationTarget(pod) { // issue 17: the migration controller creates those
+			c.expectations.CreationObserved(key)
+		}
 		c.queue.Add(key)
 	}
 }

@@ -97,15 +97,21 @@ func (c *Controller) podsOf(vmi *v1.VirtualMachineInstance) ([]*corev1.Pod, erro
 	return pods, nil
 }
 
-// currentPod is the Pod status.launcherPod names, else the only one.
+// currentPod is the Pod status.launcherPod names, else the only one that
+// is no migration's target (issue 17: a target Pod becomes the launcher
+// Pod only when the migration controller names it).
 func currentPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
 	for _, p := range pods {
 		if p.Name == vmi.Status.LauncherPod {
 			return p
 		}
 	}
-	if vmi.Status.LauncherPod == "" && len(pods) > 0 {
-		return pods[0]
+	if vmi.Status.LauncherPod == "" {
+		for _, p := range pods {
+			if !isMigrationTarget(p) {
+				return p
+			}
+		}
 	}
 	return nil
 }
@@ -207,18 +213,24 @@ func (c *Controller) toScheduling(ctx context.Context, vmi *v1.VirtualMachineIns
 // Unknown.
 func (c *Controller) syncStarted(ctx context.Context, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) error {
 	if pod == nil {
+		if migratedAway(vmi, vmi.Status.LauncherPod) {
+			return nil // issue 17: the VM left the Pod; the migration controller names the next
+		}
 		msg := fmt.Sprintf("launcher Pod %q is gone", vmi.Status.LauncherPod)
-		return c.fail(ctx, vmi, ReasonPodVanished, msg)
+		return c.fail(ctx, vmi, vmi.Status.LauncherPod, ReasonPodVanished, msg)
+	}
+	if (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded) && migratedAway(vmi, pod.Name) {
+		return nil // issue 17: a source Pod that ends because its VM migrated never ends the VMI
 	}
 	switch pod.Status.Phase {
 	case corev1.PodFailed:
 		reason, msg := podFailure(pod)
-		return c.fail(ctx, vmi, reason, msg)
+		return c.fail(ctx, vmi, pod.Name, reason, msg)
 	case corev1.PodSucceeded:
 		// The launcher exits 0 only when the guest powered off.
 		return c.updateStatus(ctx, vmi, "launcher Pod "+pod.Name+" completed: the guest powered off",
 			func(vmi *v1.VirtualMachineInstance) {
-				if vmi.Status.Phase.IsFinal() {
+				if vmi.Status.Phase.IsFinal() || migratedAway(vmi, pod.Name) {
 					return
 				}
 				setPhase(vmi, v1.Succeeded)
@@ -227,8 +239,8 @@ func (c *Controller) syncStarted(ctx context.Context, vmi *v1.VirtualMachineInst
 	}
 	why := "launcher Pod " + pod.Name + " bound to node " + pod.Spec.NodeName
 	return c.updateStatus(ctx, vmi, why, func(vmi *v1.VirtualMachineInstance) {
-		if vmi.Status.Phase.IsFinal() {
-			return
+		if vmi.Status.Phase.IsFinal() || migratedAway(vmi, pod.Name) {
+			return // issue 17: (a fresh VMI after a conflict) the VM moved on
 		}
 		mirrorPodConditions(vmi, pod)
 		if pod.Spec.NodeName == "" {
@@ -248,10 +260,12 @@ func (c *Controller) syncStarted(ctx context.Context, vmi *v1.VirtualMachineInst
 	})
 }
 
-// fail moves a VMI that is not final to Failed.
-func (c *Controller) fail(ctx context.Context, vmi *v1.VirtualMachineInstance, reason, msg string) error {
+// fail moves a VMI that is not final to Failed because of its launcher
+// Pod podName — unless (on a fresh VMI after a conflict) the VM migrated
+// away from that Pod (issue 17).
+func (c *Controller) fail(ctx context.Context, vmi *v1.VirtualMachineInstance, podName, reason, msg string) error {
 	return c.updateStatus(ctx, vmi, reason+": "+msg, func(vmi *v1.VirtualMachineInstance) {
-		if vmi.Status.Phase.IsFinal() {
+		if vmi.Status.Phase.IsFinal() || migratedAway(vmi, podName) {
 			return
 		}
 		setPhase(vmi, v1.Failed)
