@@ -151,7 +151,11 @@ func sourceAction(ms *v1.VirtualMachineInstanceMigrationState, d *rpc.Domain, ca
 		return sourceNone
 	case state == stateMigrating && completed && !ms.Completed:
 		return sourceComplete
-	case state == stateMigrating && ms.AbortRequested && !cancelSent && !completed:
+	case state == stateMigrating && (ms.AbortRequested || ms.Failed) && !cancelSent && !completed:
+		// Asked to abort, or failed by the controller or the target
+		// (a timeout, the target Pod gone): the guest stays here. After
+		// completed only the target launcher's own "failed" (the control
+		// channel) resumes the source: the target may have run the guest.
 		return sourceCancel
 	case state == stateMigrating && !ms.Completed:
 		return sourceProgress

@@ -106,6 +106,8 @@ func TestSourceAction(t *testing.T) {
 		}), dom(stateShutoff, rpc.DomainReason_Migrated, done), false, sourceCleanup},
 		{"abort while migrating: cancel", ms(func(m *v1.VirtualMachineInstanceMigrationState) { started(m); m.AbortRequested = true }),
 			dom(stateMigrating, domainReasonMigration, this), false, sourceCancel},
+		{"failed by the controller while migrating: cancel", ms(func(m *v1.VirtualMachineInstanceMigrationState) { started(m); m.Failed = true }),
+			dom(stateMigrating, domainReasonMigration, this), false, sourceCancel},
 		{"cancel sent: progress", ms(func(m *v1.VirtualMachineInstanceMigrationState) { started(m); m.AbortRequested = true }),
 			dom(stateMigrating, domainReasonMigration, this), true, sourceProgress},
 		{"back running after failure: fail", ms(started), dom(stateRunning, rpc.DomainReason_MigrationFailed, this), false, sourceFail},
