@@ -26,16 +26,22 @@ func (c *Controller) syncTarget(ctx context.Context, st *launcherState, vmi *v1.
 		return nil
 	}
 	st.mu.Lock()
-	prepared, prepareErr, uid := st.mig.prepared, st.mig.prepareErr, st.mig.uid
+	prepared, preparing, prepareErr, uid := st.mig.prepared, st.mig.preparing, st.mig.prepareErr, st.mig.uid
 	st.mu.Unlock()
 	if ms != nil && uid != "" && uid != string(ms.MigrationUID) {
 		st.endMigration()
-		prepared, prepareErr = false, ""
+		prepared, preparing, prepareErr = false, false, ""
 	}
 	logger := klog.FromContext(ctx)
 	step := targetAction(ms, st.podName, st.getDomain(), prepared)
-	if prepareErr != "" && step != targetCleanup {
+	switch {
+	case prepareErr != "" && step != targetCleanup:
 		step = targetFail
+	case preparing && step == targetFail && st.getDomain().GetState() != stateShutoff:
+		// PrepareMigrationTarget has not answered (or the proxy not
+		// registered it) yet, but the launcher's watch already shows it
+		// waiting for the stream: not a lost registration.
+		step = targetNone
 	}
 	muid := ""
 	if ms != nil {
