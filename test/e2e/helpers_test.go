@@ -71,6 +71,10 @@ type vmiOptions struct {
 	grace     int
 	noNetwork bool
 	node      string // pinned to this node (spec.nodeSelector kubernetes.io/hostname)
+	// evictionStrategy is spec.evictionStrategy ("" = none set).
+	evictionStrategy string
+	// bridge binds the pod network with bridge instead of masquerade.
+	bridge bool
 }
 
 // vmiManifest renders a VMI (or a VM with runStrategy Always) of the test
@@ -86,6 +90,9 @@ func vmiManifest(o vmiOptions) string {
 	var spec strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&spec, format+"\n", args...) }
 	w("terminationGracePeriodSeconds: %d", o.grace)
+	if o.evictionStrategy != "" {
+		w("evictionStrategy: %s", o.evictionStrategy)
+	}
 	if o.node != "" {
 		w("nodeSelector: {kubernetes.io/hostname: %s}", o.node)
 	}
@@ -118,7 +125,11 @@ func vmiManifest(o vmiOptions) string {
 	if !o.noNetwork {
 		w("    interfaces:")
 		w("    - name: default")
-		w("      masquerade: {}")
+		if o.bridge {
+			w("      bridge: {}")
+		} else {
+			w("      masquerade: {}")
+		}
 		if len(o.ports) > 0 {
 			w("      ports:")
 			for _, p := range o.ports {

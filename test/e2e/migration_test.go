@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -158,5 +160,118 @@ func TestLiveMigration(t *testing.T) {
 		running = running || e.phase == v1.Running
 	}
 	ev.kubectl(t, "-n", ns, "delete", "vmi", name, "--timeout=3m")
+	ev.waitPodsGone(ctx, t, sel)
+}
+
+// TestMigrationFailures: what must not move a VMI, or must leave it where
+// it ran: a bridge binding on the pod network is not live-migratable and
+// its migration is refused at once; a target Pod deleted before the
+// handoff fails the migration and the VMI keeps running on its node in
+// the same QEMU; so does a migration canceled with kemuctl migrate-cancel.
+func TestMigrationFailures(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	sel := "kemu-e2e=migration-failures"
+	labels := map[string]string{"kemu-e2e": "migration-failures"}
+	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", "-l", sel, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
+	ev.apply(t, vmiManifest(vmiOptions{name: "mig-bridge", labels: labels, bridge: true}))
+	ev.apply(t, vmiManifest(vmiOptions{name: "mig-stays", labels: labels}))
+	ev.waitRunning(ctx, t, "mig-bridge", bootTimeout)
+	ev.waitCondition(ctx, t, "mig-bridge", v1.VirtualMachineInstanceIsMigratable, corev1.ConditionFalse, bootTimeout)
+	if vmi, _ := ev.getVMI(ctx, "mig-bridge"); vmi != nil {
+		if c := condition(vmi, v1.VirtualMachineInstanceIsMigratable); c == nil || c.Reason != "InterfaceNotLiveMigratable" {
+			t.Errorf("bridge binding: LiveMigratable %+v, want False InterfaceNotLiveMigratable", c)
+		}
+	}
+	cmd := exec.CommandContext(ctx, ev.kemuctl, "migrate", "mig-bridge", "-n", ns, "--wait", "--timeout", "1m", "--kubeconfig", ev.c.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "failed") {
+		t.Errorf("kemuctl migrate of a bridge-bound VMI: %v\n%s", err, out)
+	} else {
+		t.Logf("bridge binding refused: %s", lastLines(string(out), 1))
+	}
+
+	vmi := ev.waitRunning(ctx, t, "mig-stays", bootTimeout)
+	ev.waitCondition(ctx, t, "mig-stays", v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue, bootTimeout)
+	node, pid := vmi.Status.NodeName, qemuPid(ctx, t, "mig-stays")
+	stays := func(what string) {
+		t.Helper()
+		got, err := ev.getVMI(ctx, "mig-stays")
+		if err != nil || got == nil || got.Status.Phase != v1.Running || got.Status.NodeName != node || got.Status.LauncherPod != vmi.Status.LauncherPod {
+			t.Fatalf("after %s: VMI %+v %v, want Running on %s in Pod %s", what, got.Status, err, node, vmi.Status.LauncherPod)
+		}
+		if p := qemuPids("mig-stays"); len(p) != 1 || p[0] != pid {
+			t.Errorf("after %s: QEMU processes %v, want only %d", what, p, pid)
+		}
+	}
+	targetPod := func() (*corev1.Pod, error) {
+		l, err := ev.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: launcherpod.MigrationUIDLabel})
+		if err != nil {
+			return nil, err
+		}
+		for i := range l.Items {
+			if l.Items[i].Labels[launcherpod.CreatedByLabel] == string(vmi.UID) && l.Items[i].DeletionTimestamp == nil {
+				return &l.Items[i], nil
+			}
+		}
+		return nil, fmt.Errorf("no target Pod yet")
+	}
+	waitMigration := func(phase v1.VirtualMachineInstanceMigrationPhase) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer pcancel()
+		err := poll(pctx, 200*time.Millisecond, func() error {
+			l, err := ev.kemu.KemuV1alpha1().VirtualMachineInstanceMigrations(ns).List(pctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, m := range l.Items {
+				if m.Spec.VMIName == "mig-stays" && !m.Status.Phase.IsFinal() {
+					return fmt.Errorf("migration %s is %s", m.Name, m.Status.Phase)
+				}
+				if m.Spec.VMIName == "mig-stays" && m.Status.Phase != phase {
+					return fmt.Errorf("migration %s ended %s, want %s", m.Name, m.Status.Phase, phase)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The target Pod deleted as soon as it exists.
+	ev.run(ctx, t, "migrate", "mig-stays", "-n", ns)
+	var tp *corev1.Pod
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = poll(pctx, 100*time.Millisecond, func() (err error) { tp, err = targetPod(); return err })
+	pcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.kubectl(t, "-n", ns, "delete", "pod", tp.Name, "--wait=false")
+	waitMigration(v1.MigrationFailed)
+	stays("the target Pod's deletion")
+	t.Logf("target Pod %s deleted: the migration failed, the VMI runs on %s in QEMU %d", tp.Name, node, pid)
+
+	// Canceled before the handoff.
+	ev.run(ctx, t, "migrate", "mig-stays", "-n", ns)
+	out2 := ev.run(ctx, t, "migrate-cancel", "mig-stays", "-n", ns)
+	t.Logf("kemuctl migrate-cancel: %s", strings.TrimSpace(out2))
+	pctx, pcancel = context.WithTimeout(ctx, 2*time.Minute)
+	err = poll(pctx, 200*time.Millisecond, func() error {
+		if p, err := targetPod(); err == nil {
+			return fmt.Errorf("target Pod %s still there", p.Name)
+		}
+		return nil
+	})
+	pcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stays("kemuctl migrate-cancel")
+	ev.kubectl(t, "-n", ns, "delete", "vmi", "-l", sel, "--timeout=3m")
 	ev.waitPodsGone(ctx, t, sel)
 }
