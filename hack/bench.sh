@@ -64,4 +64,6 @@ section migration "Migration: idle 256 MiB guest between two launchers over unix
 bash hack/images/build.sh >/dev/null
 section e2e "End to end: VMI create -> Running on a real node (kubelet, containerd, kemu deployed with kubectl apply -k; TCG), 1 VMI alone and a burst of 10" \
 	go test -tags 'cluster qemu' -run '^$' -bench CreateToRunning -benchtime 1x -timeout 30m ./test/e2e/
+section e2e-migration "End to end: create VirtualMachineInstanceMigration -> Succeeded, an idle 128Mi guest between the two nodes (kemu deployed with kubectl apply -k; TCG), median of 5; QEMU's total and downtime; API writes per migration" \
+	go test -tags 'cluster qemu' -run '^$' -bench BenchmarkMigration -benchtime 5x -timeout 30m ./test/e2e/
 echo "[bench] figures written to $doc"
