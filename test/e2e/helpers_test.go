@@ -75,6 +75,8 @@ type vmiOptions struct {
 	evictionStrategy string
 	// bridge binds the pod network with bridge instead of masquerade.
 	bridge bool
+	// emptyDisk adds a 64Mi emptyDisk with this serial.
+	emptyDisk string
 }
 
 // vmiManifest renders a VMI (or a VM with runStrategy Always) of the test
@@ -121,6 +123,9 @@ func vmiManifest(o vmiOptions) string {
 		if o.userData != "" {
 			w("    - {name: cloudinit, disk: {bus: virtio}}")
 		}
+		if o.emptyDisk != "" {
+			w("    - {name: scratch, serial: %s, disk: {bus: virtio}}", o.emptyDisk)
+		}
 	}
 	if !o.noNetwork {
 		w("    interfaces:")
@@ -144,6 +149,9 @@ func vmiManifest(o vmiOptions) string {
 		if !o.kernel {
 			w("- name: root")
 			w("  containerDisk: {image: %s, imagePullPolicy: IfNotPresent}", containerDiskImage)
+		}
+		if o.emptyDisk != "" {
+			w("- {name: scratch, emptyDisk: {capacity: 64Mi}}")
 		}
 		if o.userData != "" {
 			w("- name: cloudinit")

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -250,6 +251,34 @@ const (
 	heartbeatTimeout  = 40 * time.Second
 )
 
+// Migrations of the tests' kemu: a target Pod that does not run within
+// 45 s fails its migration (TestMigrationTargetNodeDown; KubeVirt's 5 and
+// 15 min otherwise), and migrations are capped at 32 MiB/s so that one of
+// an idle 128Mi guest transfers for about 3 s (a cancel while memory moves,
+// TestMigrationCancelWhileTransferring) — except when benchmarking, where
+// kemu's default (unlimited) is measured.
+const (
+	migrationTargetTimeout = 45 * time.Second
+	migrationBandwidth     = "32Mi"
+)
+
+// benchmarking says whether this run measures benchmarks.
+func benchmarking() bool {
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
+}
+
+// controllerArgs are the tests' flags of kemu-controller.
+func controllerArgs() []string {
+	args := []string{"--node-heartbeat-timeout=" + heartbeatTimeout.String(),
+		"--migration-pending-timeout=" + migrationTargetTimeout.String(),
+		"--migration-unschedulable-timeout=" + migrationTargetTimeout.String()}
+	if !benchmarking() {
+		args = append(args, "--bandwidth-per-migration="+migrationBandwidth)
+	}
+	return args
+}
+
 // writeOverlay writes a kustomization over deploy/: kemu-config allows
 // hostDisks below <cluster dir>/hostdisks (TestHostileTenant), and the
 // heartbeats are faster.
@@ -265,7 +294,7 @@ func (ev *env) writeOverlay() error {
 	ev.overlay = dir
 	return deploytest.Overlay(dir, "", deploytest.Config{
 		HostDiskDirs:   ev.hostDisks,
-		ControllerArgs: []string{"--node-heartbeat-timeout=" + heartbeatTimeout.String()},
+		ControllerArgs: controllerArgs(),
 		NodeAgentArgs:  []string{"--heartbeat-interval=" + heartbeatInterval.String()},
 	})
 }
