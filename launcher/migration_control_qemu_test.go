@@ -16,14 +16,23 @@ import (
 	"github.com/kemu-dev/kemu/test/testguest"
 )
 
-// cuttableRelay passes connections on a new unix socket to target until
-// cut closes the listener and every connection (a node agent or the path
-// between the nodes gone).
-func cuttableRelay(t *testing.T, target string) (path string, cut func()) {
+// relay passes connections on a new unix socket (world-connectable, in
+// its own directory) to target until cut closes the listener and every
+// connection (a node agent or the path between the nodes gone). With
+// limit >= 0 it passes only the first limit bytes of each connection
+// towards target, then stops reading (a peer that stalls).
+func relay(t *testing.T, target string, limit int64) (path string, cut func()) {
 	t.Helper()
-	path = filepath.Join(shortDir(t), "relay.sock")
+	dir := shortDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(dir, "relay.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -55,7 +64,13 @@ func cuttableRelay(t *testing.T, target string) (path string, cut func()) {
 			conns = append(conns, c, up)
 			mu.Unlock()
 			go func() { _, _ = io.Copy(c, up) }()
-			go func() { _, _ = io.Copy(up, c) }()
+			go func() {
+				if limit >= 0 {
+					_, _ = io.CopyN(up, c, limit)
+					return
+				}
+				_, _ = io.Copy(up, c)
+			}()
 		}
 	}()
 	return path, cut
@@ -69,7 +84,7 @@ func TestMigrationControlChannelLost(t *testing.T) {
 	src, _ := bootedSource(t, migrationVMI)
 	pid := src.l.Domain().PID
 	dst := startTarget(t, migrationVMI)
-	control, cut := cuttableRelay(t, dst.at.ControlSocket)
+	control, cut := relay(t, dst.at.ControlSocket, -1)
 	to := dst.at
 	to.ControlSocket = control
 	if err := src.l.Migrate(ctxFor(t, stepTimeout), to, MigrationOptions{Bandwidth: 1 << 20}); err != nil {

@@ -5,12 +5,7 @@ package launcher
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -214,7 +209,7 @@ func TestMigrationProgressTimeout(t *testing.T) {
 	src, _ := bootedSource(t, migrationVMI)
 	pid := src.l.Domain().PID
 	dst := startTarget(t, migrationVMI)
-	stalled := stallingProxy(t, dst.at.MainSocket, 4<<20)
+	stalled, _ := relay(t, dst.at.MainSocket, 4<<20)
 	opts := MigrationOptions{ProgressTimeout: 3 * time.Second}
 	if err := src.l.Migrate(ctxFor(t, stepTimeout), MigrationTarget{MainSocket: stalled, DiskSocket: dst.at.DiskSocket, ControlSocket: dst.at.ControlSocket}, opts); err != nil {
 		t.Fatalf("migrate: %v", err)
@@ -224,51 +219,4 @@ func TestMigrationProgressTimeout(t *testing.T) {
 		t.Fatalf("source after the stall: %s (pid %d, was %d) %+v", d, d.PID, pid, d.Migration)
 	}
 	src.waitAfter(bootTimeout, len(src.w.Markers()), testguest.IsKind("tick"))
-}
-
-// stallingProxy listens on a unix socket in a new directory and passes the
-// first n bytes of each connection on to target, then stops reading.
-func stallingProxy(t *testing.T, target string, n int64) string {
-	t.Helper()
-	dir := shortDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "stall.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("unix", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(c, up) }()
-			go func() { _, _ = io.CopyN(up, c, n) }()
-		}
-	}()
-	return path
 }

@@ -65,7 +65,12 @@ type guest struct {
 // StartMigrationTarget) and watches its console; cleanup kills it.
 func newGuest(t *testing.T, yaml string, begin func(context.Context, *launcher.Launcher) error) *guest {
 	t.Helper()
-	cfg := newConfig(t, yaml)
+	return startGuest(t, newConfig(t, yaml), begin)
+}
+
+// startGuest is newGuest for a Config the caller made.
+func startGuest(t *testing.T, cfg launcher.Config, begin func(context.Context, *launcher.Launcher) error) *guest {
+	t.Helper()
 	l, err := launcher.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -52,24 +52,7 @@ func netproofGuest(t *testing.T, env *netsetuptest.PodEnv, begin func(context.Co
 	t.Helper()
 	cfg := newConfig(t, netproofVMI)
 	cfg.PodNetwork = &netsetup.Options{NetNSPath: env.Path, TapUID: -1, TapGID: -1}
-	l, err := launcher.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := begin(ctxFor(t, stepTimeout), l); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := l.Kill(context.Background()); err != nil {
-			t.Errorf("kill: %v", err)
-		}
-	})
-	out, _, detach, err := l.Console()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(detach)
-	return &guest{l: l, cfg: cfg, w: testguest.NewChanWatcher(out)}
+	return startGuest(t, cfg, begin)
 }
 
 // netproofSh runs script with the guest's /bin/sh and returns its
