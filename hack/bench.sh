@@ -58,7 +58,7 @@ section images "Images: make images (kemu-launcher, kemu-controller, kemu-nodeag
 	go test -tags qemu -run '^$' -bench Images -benchtime 1x -timeout 20m ./hack/images/
 section cluster "Test cluster: control plane + N nodes (each in its own namespaces) from warm binaries: start, idle RSS, stop; 1 node vs 2 nodes" \
 	go test -tags cluster -run '^$' -bench BenchmarkNodes -benchtime 3x -timeout 20m ./test/cluster/
-section migration "Migration: idle 256 MiB guest between two launchers over unix sockets, and through two node agents' migration proxies (TLS 1.3 on loopback), each vs two plain QEMUs migrating directly (same argv and capabilities) in the same loop; a guest dirtying 24 MiB/s at 16 MiB/s and a 20 ms downtime limit, without and with auto-converge (TCG)" \
+section migration "Migration: idle 256 MiB guest between two launchers over unix sockets, and through two node agents' migration proxies (TLS 1.3 on loopback), each vs two plain QEMUs migrating directly (same argv and capabilities) in the same loop; a guest dirtying 24 MiB/s at 16 MiB/s and a 20 ms downtime limit, without and with auto-converge, and post-copy after 5 s (TCG)" \
 	go test -tags qemu -run '^$' -bench BenchmarkMigration -benchtime 5x -timeout 40m ./launcher/
 # e2e: needs the images current (skipped when up to date) and the test guest's images.
 bash hack/images/build.sh >/dev/null

@@ -138,14 +138,26 @@ func launcherMigration(tb testing.TB, yaml string, marker testguest.Predicate, p
 //
 // dirtying: a guest writing 24 MiB/s with 16 MiB/s of bandwidth and a
 // 20 ms downtime limit, without and with auto-converge (completed = the
-// share of runs that completed within the 60 s completion timeout).
+// share of runs that completed within the 60 s completion timeout), and
+// with post-copy after 5 s of pre-copy (into the launcher's target, with
+// vm.unprivileged_userfaultfd=1 for the run).
 func BenchmarkMigration(b *testing.B) {
 	b.Run("idle", func(b *testing.B) { benchIdleMigration(b, directPath, "x-launcher-over-direct") })
 	b.Run("idle-proxies", func(b *testing.B) { benchIdleMigration(b, newBenchProxies(b).path, "x-proxy-over-direct") })
 	for _, ac := range []bool{false, true} {
-		b.Run(fmt.Sprintf("dirtying/auto-converge=%t", ac), func(b *testing.B) { benchDirtyingMigration(b, ac) })
+		b.Run(fmt.Sprintf("dirtying/auto-converge=%t", ac), func(b *testing.B) { benchDirtyingMigration(b, dirtyOptions(ac)) })
 	}
+	b.Run("dirtying/post-copy", func(b *testing.B) {
+		allowUserfaultfd(b)
+		o := dirtyOptions(false)
+		o.AllowPostCopy, o.CompletionTimeoutPerGiB = true, postCopyAfter
+		benchDirtyingMigration(b, o)
+	})
 }
+
+// postCopyAfter is the dirtying post-copy benchmark's completion timeout:
+// pre-copy for that long, then post-copy.
+const postCopyAfter = 5 * time.Second
 
 // benchIdleMigration migrates the idle guest between launchers through
 // path and between plain QEMUs directly in the same loop; ratio names the
@@ -184,12 +196,12 @@ func benchIdleMigration(b *testing.B, path migrationPath, ratio string) {
 	b.ReportMetric(float64(median(totals))/float64(median(plainTotals)), ratio)
 }
 
-func benchDirtyingMigration(b *testing.B, autoConverge bool) {
+func benchDirtyingMigration(b *testing.B, opts MigrationOptions) {
 	yaml := dirtyingGuest(dirtyRate, dirtySize)
 	var totals, downtimes []time.Duration
 	var completed, runs, passes float64
 	for b.Loop() {
-		r := launcherMigration(b, yaml, testguest.IsKind("dirty"), directPath, dirtyOptions(autoConverge))
+		r := launcherMigration(b, yaml, testguest.IsKind("dirty"), directPath, opts)
 		runs++
 		passes += float64(r.m.Passes)
 		if r.complete {

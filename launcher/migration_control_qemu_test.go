@@ -193,19 +193,7 @@ func TestMigrationTargetFailedAfterCompleted(t *testing.T) {
 // timeout switches to post-copy and the target runs the guest (Running,
 // Migrated) with its ticks going on.
 func TestMigrationPostCopyLauncherTarget(t *testing.T) {
-	const sysctl = "/proc/sys/vm/unprivileged_userfaultfd"
-	old, err := os.ReadFile(sysctl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(sysctl, []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.WriteFile(sysctl, old, 0); err != nil {
-			t.Errorf("restoring %s: %v", sysctl, err)
-		}
-	})
+	allowUserfaultfd(t)
 	src, tick := bootedSource(t, kbootMigrationVMI)
 	dst := startTarget(t, kbootMigrationVMI)
 	opts := MigrationOptions{Bandwidth: 4 << 20, CompletionTimeoutPerGiB: 3 * time.Second, AllowPostCopy: true}
@@ -228,4 +216,24 @@ func TestMigrationPostCopyLauncherTarget(t *testing.T) {
 	if _, err := src.l.FinalizeMigration(ctxFor(t, stepTimeout)); err != nil {
 		t.Error(err)
 	}
+}
+
+// allowUserfaultfd sets vm.unprivileged_userfaultfd to 1 until tb ends
+// (restoring the value it found): post-copy's target QEMU runs as its own
+// user without capabilities.
+func allowUserfaultfd(tb testing.TB) {
+	tb.Helper()
+	const sysctl = "/proc/sys/vm/unprivileged_userfaultfd"
+	old, err := os.ReadFile(sysctl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(sysctl, []byte("1"), 0); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := os.WriteFile(sysctl, old, 0); err != nil {
+			tb.Errorf("restoring %s: %v", sysctl, err)
+		}
+	})
 }
