@@ -140,13 +140,20 @@ func run() int {
 		return 2
 	}
 	migrationPort, err := portOf(migrationAddr)
-	if err != nil || migrationAdvertise == "" {
-		klog.ErrorS(err, "Migration proxy address: --migration-addr needs a port and --migration-advertise-address (or $POD_IP) an address",
-			"addr", migrationAddr, "advertise", migrationAdvertise)
+	if err != nil {
+		klog.ErrorS(err, "Migration proxy address: --migration-addr needs a port", "addr", migrationAddr)
 		return 2
 	}
-	vmis, err := vmi.New(vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs, HostRoot: hostRoot,
-		Recorder: recorder, Migrations: migration, MigrationAddress: migrationAdvertise, MigrationPort: migrationPort})
+	vcfg := vmi.Config{KubeClient: client, KemuClient: kemuClient, NodeName: nodeName, KubeletRoot: kubeletRoot, HostDiskDirs: hostDiskDirs, HostRoot: hostRoot,
+		Recorder: recorder}
+	if migrationAdvertise != "" {
+		vcfg.Migrations, vcfg.MigrationAddress, vcfg.MigrationPort = migration, migrationAdvertise, migrationPort
+	} else {
+		// Outside a Pod with the downward API's $POD_IP and without the
+		// flag: this node neither takes nor sends migrations.
+		klog.InfoS("No --migration-advertise-address and no $POD_IP: live migration to and from this node is off")
+	}
+	vmis, err := vmi.New(vcfg)
 	if err != nil {
 		klog.ErrorS(err, "VMI controller")
 		return 2

@@ -33,8 +33,13 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	listers "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/expectations"
 	"github.com/kemu-dev/kemu/kube/worker"
 )
+
+// Expectation keys of a VMI's key.
+func budgetKey(vmi string) string    { return "pdb/" + vmi }
+func migrationKey(vmi string) string { return "vmim/" + vmi }
 
 // Defaults of Options.
 const (
@@ -78,6 +83,10 @@ type Controller struct {
 	factories  []interface{ Start(<-chan struct{}) }
 	queue      workqueue.TypedRateLimitingInterface[string]
 	runOnce    sync.Once
+	// expect holds the budgets ("pdb/<vmi key>") and migrations
+	// ("vmim/<vmi key>") created but not yet in the caches: a sync
+	// between a create and its informer event creates nothing twice.
+	expect *expectations.Expectations
 }
 
 // New builds the controller on the given informer factories (call it
@@ -110,6 +119,7 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 		factories: []interface{ Start(<-chan struct{}) }{kubeInformers, kemuInformers},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kemu-evacuation"}),
+		expect: expectations.New(0, opts.Now),
 	}
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -132,7 +142,13 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 		}
 	}
 	if _, err := vmims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueueVMIM, UpdateFunc: func(_, cur any) { enqueueVMIM(cur) }, DeleteFunc: enqueueVMIM,
+		AddFunc: func(obj any) {
+			if m, ok := obj.(*v1.VirtualMachineInstanceMigration); ok && m.Labels[EvacuationLabel] != "" {
+				c.expect.CreationObserved(migrationKey(m.Namespace + "/" + m.Spec.VMIName))
+			}
+			enqueueVMIM(obj)
+		},
+		UpdateFunc: func(_, cur any) { enqueueVMIM(cur) }, DeleteFunc: enqueueVMIM,
 	}); err != nil {
 		return nil, fmt.Errorf("evacuation controller: %w", err)
 	}
@@ -164,7 +180,15 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 		}
 	}
 	if _, err := pdbs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueuePDB, UpdateFunc: func(_, cur any) { enqueuePDB(cur) }, DeleteFunc: enqueuePDB,
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*policyv1.PodDisruptionBudget); ok && p.Labels[BudgetForLabel] != "" {
+				if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "VirtualMachineInstance" {
+					c.expect.CreationObserved(budgetKey(p.Namespace + "/" + ref.Name))
+				}
+			}
+			enqueuePDB(obj)
+		},
+		UpdateFunc: func(_, cur any) { enqueuePDB(cur) }, DeleteFunc: enqueuePDB,
 	}); err != nil {
 		return nil, fmt.Errorf("evacuation controller: %w", err)
 	}

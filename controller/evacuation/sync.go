@@ -32,15 +32,18 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if err := c.syncBudget(ctx, vmi); err != nil {
+	if err := c.syncBudget(ctx, key, vmi); err != nil {
 		return 0, err
 	}
-	return c.syncEvacuation(ctx, vmi)
+	return c.syncEvacuation(ctx, key, vmi)
 }
 
 // syncBudget makes the VMI's PodDisruptionBudgets one with the wanted
 // minAvailable over its launcher Pods, or none.
-func (c *Controller) syncBudget(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+func (c *Controller) syncBudget(ctx context.Context, key string, vmi *v1.VirtualMachineInstance) error {
+	if !c.expect.Satisfied(budgetKey(key)) {
+		return nil // a budget created is not in the cache yet: its event syncs again
+	}
 	want := budget(vmi)
 	have, err := c.pdbLister.PodDisruptionBudgets(vmi.Namespace).List(labels.SelectorFromSet(labels.Set{BudgetForLabel: string(vmi.UID)}))
 	if err != nil {
@@ -82,8 +85,10 @@ func (c *Controller) syncBudget(ctx context.Context, vmi *v1.VirtualMachineInsta
 			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{launcherpod.CreatedByLabel: string(vmi.UID)}},
 		},
 	}
+	c.expect.ExpectCreations(budgetKey(key), 1)
 	created, err := pdbs.Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
+		c.expect.CreationObserved(budgetKey(key))
 		return fmt.Errorf("disruption budget for VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonDisruptionBudget,
@@ -92,7 +97,7 @@ func (c *Controller) syncBudget(ctx context.Context, vmi *v1.VirtualMachineInsta
 }
 
 // syncEvacuation marks a VMI on a cordoned node and migrates it away.
-func (c *Controller) syncEvacuation(ctx context.Context, vmi *v1.VirtualMachineInstance) (time.Duration, error) {
+func (c *Controller) syncEvacuation(ctx context.Context, key string, vmi *v1.VirtualMachineInstance) (time.Duration, error) {
 	var node *corev1.Node
 	if vmi.Status.NodeName != "" {
 		n, err := c.nodeLister.Get(vmi.Status.NodeName)
@@ -112,13 +117,15 @@ func (c *Controller) syncEvacuation(ctx context.Context, vmi *v1.VirtualMachineI
 			return 0, fmt.Errorf("VMI %s/%s evacuationNodeName: %w", vmi.Namespace, vmi.Name, err)
 		}
 	}
-	if p.migrate {
+	if p.migrate && c.expect.Satisfied(migrationKey(key)) {
+		c.expect.ExpectCreations(migrationKey(key), 1)
 		created, err := c.kemu.KemuV1alpha1().VirtualMachineInstanceMigrations(vmi.Namespace).Create(ctx, &v1.VirtualMachineInstanceMigration{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: vmi.Name + "-evacuation-", Namespace: vmi.Namespace,
 				Labels: map[string]string{EvacuationLabel: node.Name}},
 			Spec: v1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
 		}, metav1.CreateOptions{})
 		if err != nil {
+			c.expect.CreationObserved(migrationKey(key))
 			return 0, fmt.Errorf("evacuation migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
 		c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonEvacuationMigration,
