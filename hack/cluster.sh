@@ -38,8 +38,14 @@ up() {
 	# Not setsid: it may fork, and the pid recorded must be the cluster's.
 	(cd "$root" && exec "${state}/cluster" "${args[@]}" >"${state}/log" 2>&1 </dev/null) &
 	echo $! >"$pidfile"
+	# 300 s to get ready once the cluster holds the node lock: while
+	# another test process's node runs (the log's last line says it waits
+	# for the lock), the clock does not run.
 	local deadline=$((SECONDS + 300))
 	until grep -qx ready "${state}/log" 2>/dev/null; do
+		if tail -n 1 "${state}/log" 2>/dev/null | grep -q 'waiting for .*lock'; then
+			deadline=$((SECONDS + 300))
+		fi
 		if ! running; then
 			echo "cluster.sh: the cluster failed to start:" >&2
 			tail -20 "${state}/log" >&2
@@ -47,7 +53,7 @@ up() {
 			exit 1
 		fi
 		if ((SECONDS > deadline)); then
-			echo "cluster.sh: not ready after 300 s; stopping it (log: ${state}/log)" >&2
+			echo "cluster.sh: not ready 300 s after it got the node lock; stopping it (log: ${state}/log)" >&2
 			down
 			exit 1
 		fi

@@ -91,11 +91,17 @@ func launcherRole(vmi *v1.VirtualMachineInstance, r launcherRef, source types.UI
 	return RoleOther
 }
 
-// migrationPod says whether a Pod is a migration's target Pod (labelled
-// kemu.dev/migration-uid).
-func migrationPod(p *corev1.Pod) bool {
-	_, ok := p.Labels[launcherpod.MigrationUIDLabel]
-	return ok
+// migrationPod says whether a Pod was made as a migration's target
+// (labelled kemu.dev/migration-uid) and is not the source of the VMI's
+// current migration: such a Pod is the VMI's launcher only once a handoff
+// names it (status.launcherPod), and stays its launcher (the source) for a
+// later migration; a failed migration's target never is.
+func migrationPod(vmi *v1.VirtualMachineInstance, p *corev1.Pod) bool {
+	if _, ok := p.Labels[launcherpod.MigrationUIDLabel]; !ok {
+		return false
+	}
+	ms := vmi.Status.MigrationState
+	return ms == nil || ms.SourcePod != p.Name
 }
 
 // activeLauncher decides which of the VMI's launcher Pods here writes the
@@ -112,7 +118,7 @@ func activeLauncher(vmi *v1.VirtualMachineInstance, refs []launcherRef) types.UI
 		case r.pod == nil:
 		case r.pod.Name == vmi.Status.LauncherPod:
 			return r.uid
-		case migrationPod(r.pod):
+		case migrationPod(vmi, r.pod):
 		case newest == nil || r.pod.CreationTimestamp.After(newest.CreationTimestamp.Time):
 			newest = r.pod
 		}

@@ -39,6 +39,7 @@ func TestLauncherRefs(t *testing.T) {
 		launcherPod  string
 		activePods   map[types.UID]string
 		migrationUID string
+		sourcePod    string
 		want         []want // in any order
 		noSource     bool
 	}{
@@ -54,6 +55,9 @@ func TestLauncherRefs(t *testing.T) {
 		{name: "an earlier migration's target is other", migrationUID: "m2",
 			pods: []*corev1.Pod{target("old", "u-old", "n1", "m1", 0)},
 			want: []want{{"u-old", "old", RoleOther}}, noSource: true},
+		{name: "a migrated-to Pod is the source of the next migration", launcherPod: "new", migrationUID: "m2", sourcePod: "old",
+			pods: []*corev1.Pod{target("old", "u-old", "n1", "m1", 0)},
+			want: []want{{"u-old", "old", RoleSource}}},
 		{name: "after the handoff the target Pod is the source", launcherPod: "tgt", migrationUID: "m1",
 			pods: []*corev1.Pod{target("tgt", "u-tgt", "n1", "m1", 0)},
 			want: []want{{"u-tgt", "tgt", RoleSource}}},
@@ -87,7 +91,7 @@ func TestLauncherRefs(t *testing.T) {
 			vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "vmi"},
 				Status: v1.VirtualMachineInstanceStatus{LauncherPod: tc.launcherPod, ActivePods: tc.activePods}}
 			if tc.migrationUID != "" {
-				vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: types.UID(tc.migrationUID)}
+				vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: types.UID(tc.migrationUID), SourcePod: tc.sourcePod}
 			}
 			got := map[types.UID]want{}
 			sources := 0
