@@ -253,7 +253,8 @@ const (
 
 // Migrations of the tests' kemu: a target Pod that does not run within
 // 45 s fails its migration (TestMigrationTargetNodeDown; KubeVirt's 5 and
-// 15 min otherwise), and migrations are capped at 32 MiB/s so that one of
+// 15 min otherwise), one migration runs at a time in the cluster
+// (TestMigrationParallelLimit; KubeVirt's 5 otherwise), and migrations are capped at 32 MiB/s so that one of
 // an idle 128Mi guest transfers for about 3 s (a cancel while memory moves,
 // TestMigrationCancelWhileTransferring) — except when benchmarking, where
 // kemu's default (unlimited) is measured.
@@ -272,7 +273,8 @@ func benchmarking() bool {
 func controllerArgs() []string {
 	args := []string{"--node-heartbeat-timeout=" + heartbeatTimeout.String(),
 		"--migration-pending-timeout=" + migrationTargetTimeout.String(),
-		"--migration-unschedulable-timeout=" + migrationTargetTimeout.String()}
+		"--migration-unschedulable-timeout=" + migrationTargetTimeout.String(),
+		"--parallel-migrations-per-cluster=1"}
 	if !benchmarking() {
 		args = append(args, "--bandwidth-per-migration="+migrationBandwidth)
 	}

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
@@ -260,4 +261,78 @@ func TestMigrationTargetNodeDown(t *testing.T) {
 	}
 	ev.kubectl(t, "-n", ns, "delete", "vmi", name, "--timeout=3m")
 	ev.waitPodsGone(ctx, t, "kemu-e2e="+name)
+}
+
+// TestMigrationParallelLimit: with parallelMigrationsPerCluster 1 (the
+// suite's kemu-config), three migrations created at once run one after
+// the other — never two target Pods at a time — and all succeed.
+func TestMigrationParallelLimit(t *testing.T) {
+	ev := need(t)
+	dumpOnFailure(t, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	sel := "kemu-e2e=mig-limit"
+	labels := map[string]string{"kemu-e2e": "mig-limit"}
+	t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", "-l", sel, "--ignore-not-found", "--timeout=3m") }) //nolint:errcheck // best effort
+	names := []string{"mig-limit-1", "mig-limit-2", "mig-limit-3"}
+	for _, n := range names {
+		ev.apply(t, vmiManifest(vmiOptions{name: n, labels: labels, noNetwork: true}))
+	}
+	for _, n := range names {
+		ev.waitRunning(ctx, t, n, bootTimeout)
+		ev.waitCondition(ctx, t, n, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue, bootTimeout)
+	}
+	for _, n := range names {
+		if _, err := ev.kemu.KemuV1alpha1().VirtualMachineInstanceMigrations(ns).Create(ctx, &v1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: n + "-", Namespace: ns},
+			Spec:       v1.VirtualMachineInstanceMigrationSpec{VMIName: n},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	most, t0 := 0, time.Now()
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer pcancel()
+	err := poll(pctx, 50*time.Millisecond, func() error {
+		pods, err := ev.kube.CoreV1().Pods(ns).List(pctx, metav1.ListOptions{LabelSelector: sel + "," + launcherpod.MigrationUIDLabel})
+		if err != nil {
+			return err
+		}
+		targets := 0
+		for _, p := range pods.Items {
+			// A target Pod that is not yet the VMI's launcher (before
+			// its handoff) and has not ended.
+			vmi, _ := ev.getVMI(pctx, p.Labels[launcherpod.VMINameLabel])
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && vmi != nil && vmi.Status.LauncherPod != p.Name {
+				targets++
+			}
+		}
+		most = max(most, targets)
+		l, err := ev.kemu.KemuV1alpha1().VirtualMachineInstanceMigrations(ns).List(pctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, m := range l.Items {
+			if strings.HasPrefix(m.Name, "mig-limit-") && m.Status.Phase.IsFinal() {
+				if m.Status.Phase != v1.MigrationSucceeded {
+					t.Errorf("migration %s: %s %+v", m.Name, m.Status.Phase, m.Status.Conditions)
+				}
+				done++
+			}
+		}
+		if done < len(names) {
+			return fmt.Errorf("%d of %d migrations final", done, len(names))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most > 1 {
+		t.Errorf("%d migration target Pods at once with parallelMigrationsPerCluster 1", most)
+	}
+	t.Logf("three migrations, at most %d target Pod at a time, all done in %s", most, time.Since(t0).Round(time.Second))
+	ev.kubectl(t, "-n", ns, "delete", "vmi", "-l", sel, "--timeout=3m")
+	ev.waitPodsGone(ctx, t, sel)
 }
