@@ -122,17 +122,18 @@ func stat(st *v1.VirtualMachineInstanceMigrationState, processed bool) int64 {
 // serial) and to the containerDisk at 40 MiB (past the FAT partition's
 // files, on the VM's own overlay), and then, every second, reads both
 // back with O_DIRECT (from the disk, not the page cache) and prints their
-// checksums on the console.
+// checksums on the console (a user-data script's own output goes to a
+// file in the guest).
 const diskUserData = `#!/bin/sh
 for d in /sys/block/vd*; do [ "$(cat $d/serial 2>/dev/null)" = scratch-e2e ] && scratch=/dev/${d##*/}; done
 dd if=/dev/urandom of=/tmp/data bs=1M count=1 2>/dev/null
 dd if=/tmp/data of=$scratch bs=1M count=1 oflag=direct conv=fsync 2>/dev/null
 dd if=/tmp/data of=/dev/vda bs=1M count=1 seek=40 oflag=direct conv=fsync 2>/dev/null
-echo "KEMU-E2E wrote sha=$(sha256sum </tmp/data | cut -c1-16)"
+echo "KEMU-E2E wrote sha=$(sha256sum </tmp/data | cut -c1-16) disk=$scratch" >/dev/console
 while :; do
   e=$(dd if=$scratch bs=1M count=1 iflag=direct 2>/dev/null | sha256sum | cut -c1-16)
   c=$(dd if=/dev/vda bs=1M count=1 skip=40 iflag=direct 2>/dev/null | sha256sum | cut -c1-16)
-  echo "KEMU-E2E read empty=$e container=$c"
+  echo "KEMU-E2E read empty=$e container=$c" >/dev/console
   sleep 1
 done
 `
