@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: runs kemu's benchmarks and writes their figures, with the machine
 # and the exact command, into docs/benchmarks.md (one section per suite,
-# replaced in place; sections of other suites are kept).
+# replaced in place; sections of other suites are kept). BENCH_SECTIONS="a b"
+# runs only the named sections.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 doc=docs/benchmarks.md
@@ -20,6 +21,11 @@ machine() {
 section() {
 	local name=$1 title=$2
 	shift 2
+	# BENCH_SECTIONS="a b": only those sections run (the others stay as
+	# they are in the document).
+	if [ -n "${BENCH_SECTIONS:-}" ] && [[ " ${BENCH_SECTIONS} " != *" ${name} "* ]]; then
+		return 0
+	fi
 	echo "[bench] $title: $*"
 	local out
 	out=$("$@" 2>&1) || { echo "$out"; echo "[bench] $title failed" >&2; exit 1; }
