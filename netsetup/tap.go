@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kemu-dev/kemu/netsetup/nsthread"
 )
@@ -42,7 +44,7 @@ func openTap(ns netns.NsHandle, name string, queues, uid, gid int) ([]*os.File, 
 				return fmt.Errorf("tap %s: %w", name, err)
 			}
 			ifr.SetUint16(tapFlags(queues))
-			if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			if err := attachTap(fd, ifr); err != nil {
 				return &tapError{name: name, op: "TUNSETIFF", err: err}
 			}
 			if q > 0 {
@@ -69,6 +71,24 @@ func openTap(ns netns.NsHandle, name string, queues, uid, gid int) ([]*os.File, 
 		return nil, err
 	}
 	return files, nil
+}
+
+// tapBusyBackoff bounds the wait for a queue of the persistent tap that is
+// still attached to an earlier holder: a QEMU that is exiting, or a child
+// process forked meanwhile that holds a copy of the descriptor until its
+// exec closes it (O_CLOEXEC). About 2.5 s in all.
+var tapBusyBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 7}
+
+// attachTap is TUNSETIFF, retried while the tap's queue is busy (EBUSY).
+func attachTap(fd int, ifr *unix.Ifreq) error {
+	var err error
+	b := tapBusyBackoff
+	for {
+		if err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); !errors.Is(err, unix.EBUSY) || b.Steps == 0 {
+			return err
+		}
+		time.Sleep(b.Step())
+	}
 }
 
 type tapError struct {
