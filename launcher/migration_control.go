@@ -143,6 +143,7 @@ type controlClient struct {
 	quit      chan struct{} // closed by close: nobody reads updates any more
 	closeOnce sync.Once
 	mu        sync.Mutex
+	last      string // the target's last state (waiting after the hello)
 	// updates gets the state after each line, and is closed when the
 	// channel ends (EOF, error, or a line beyond the bound).
 	updates chan controlMessage
@@ -169,6 +170,7 @@ func dialControl(ctx context.Context, path string) (*controlClient, error) {
 		return nil, fmt.Errorf("launcher: the migration control channel: %w", err)
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	cc.last = first.State
 	go cc.read(r)
 	return cc, nil
 }
@@ -183,6 +185,9 @@ func (cc *controlClient) read(r *bufio.Reader) {
 			cc.mu.Unlock()
 			return
 		}
+		cc.mu.Lock()
+		cc.last = m.State
+		cc.mu.Unlock()
 		select {
 		case cc.updates <- m:
 		case <-cc.quit:
@@ -213,6 +218,16 @@ func readControl(r *bufio.Reader) (controlMessage, error) {
 		return controlMessage{}, fmt.Errorf("an unknown control state %q", m.State)
 	}
 	return m, nil
+}
+
+// targetMayRun says whether the target may run the guest now or soon:
+// it said running, or it still waits on a live channel (it resumes the
+// guest as soon as QEMU completes). Only a target that said failed, or
+// whose channel went away, leaves the choice to resume the source.
+func (cc *controlClient) targetMayRun() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.last == ControlRunning || cc.last == ControlWaiting && cc.err == nil
 }
 
 // ended says why the channel is gone (nil while it is up, or after a

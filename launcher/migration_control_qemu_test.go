@@ -3,6 +3,7 @@
 package launcher
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -236,4 +237,32 @@ func allowUserfaultfd(tb testing.TB) {
 			tb.Errorf("restoring %s: %v", sysctl, err)
 		}
 	})
+}
+
+// A cancel that comes after the source completed, while the target runs
+// the guest (an abort racing the switchover): refused, so the guest never
+// runs twice; FinalizeMigration then ends the source.
+func TestMigrationCancelAfterTargetRuns(t *testing.T) {
+	src, _ := bootedSource(t, kbootMigrationVMI)
+	dst := startTarget(t, kbootMigrationVMI)
+	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, MigrationOptions{}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	d := waitDomain(t, src.l, "the source's completion", migrationStatus(qmp.MigrationStatusCompleted, qmp.MigrationStatusFailed, qmp.MigrationStatusCancelled))
+	if d.Migration.Status != qmp.MigrationStatusCompleted {
+		t.Fatalf("source: %s %+v", d, d.Migration)
+	}
+	if td := waitDomain(t, dst.l, "the target running", InState(StateRunning, StateShutoff)); td.State != StateRunning {
+		t.Fatalf("target: %s", td)
+	}
+	err := src.l.CancelMigration(ctxFor(t, stepTimeout))
+	if !errors.Is(err, ErrMigrationState) {
+		t.Fatalf("cancel while the target runs: %v, want ErrMigrationState", err)
+	}
+	if d := src.l.Domain(); d.State != StateMigrating {
+		t.Errorf("source after the refused cancel: %s", d)
+	}
+	if sd, err := src.l.FinalizeMigration(ctxFor(t, stepTimeout)); err != nil || sd.State != StateShutoff || sd.Reason != ReasonMigrated {
+		t.Errorf("finalize: %s %v", sd, err)
+	}
 }

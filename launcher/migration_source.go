@@ -268,7 +268,9 @@ func (s *sourceMigration) isEnded() bool {
 // CancelMigration cancels the outgoing migration before the switchover:
 // the guest keeps running on the source. After the source's migration
 // completed (the target failed to take the guest), it resumes the
-// source. It returns once the source has the guest again.
+// source — refused while the control channel says the target runs or is
+// about to (two copies of the guest must never run). It returns once the
+// source has the guest again.
 func (l *Launcher) CancelMigration(ctx context.Context) error {
 	l.migMu.Lock()
 	s := l.source
@@ -283,6 +285,14 @@ func (l *Launcher) CancelMigration(ctx context.Context) error {
 	case postcopy:
 		return ErrPostCopy
 	case completed:
+		// QEMU sent everything. Resuming the source is safe only if the
+		// target will not run the guest: with a control channel, only
+		// once the target said failed (then followTarget resumed it) or
+		// the channel is gone (the operator's call); without one, the
+		// caller's.
+		if s.control != nil && s.control.targetMayRun() {
+			return fmt.Errorf("%w: the migration completed and the target runs (or is resuming) the guest: finalize instead", ErrMigrationState)
+		}
 		if !s.claim(&s.resuming) {
 			return fmt.Errorf("%w: the source is already ending", ErrMigrationState)
 		}

@@ -255,13 +255,13 @@ const (
 // Migrations of the tests' kemu: a target Pod that does not run within
 // 45 s fails its migration (TestMigrationTargetNodeDown; KubeVirt's 5 and
 // 15 min otherwise), one migration runs at a time in the cluster
-// (TestMigrationParallelLimit; KubeVirt's 5 otherwise), and migrations are capped at 32 MiB/s so that one of
-// an idle 128Mi guest transfers for about 3 s (a cancel while memory moves,
+// (TestMigrationParallelLimit; KubeVirt's 5 otherwise), and migrations are capped at 16 MiB/s so that one of
+// an idle 128Mi guest transfers for about 6 s (a cancel while memory moves,
 // TestMigrationCancelWhileTransferring) — except when benchmarking, where
 // kemu's default (unlimited) is measured.
 const (
 	migrationTargetTimeout = 45 * time.Second
-	migrationBandwidth     = "32Mi"
+	migrationBandwidth     = "16Mi"
 )
 
 // benchmarking says whether this run measures benchmarks.

@@ -50,7 +50,7 @@ func (ev *env) finalMigration(ctx context.Context, t testing.TB, vmi string, tim
 }
 
 // TestMigrationCancelWhileTransferring: kemuctl migrate-cancel while the
-// guest's memory moves (the suite caps migrations at 32 MiB/s): the
+// guest's memory moves (the suite caps migrations at 16 MiB/s): the
 // source's node agent aborts, the VMI keeps running on its node in the
 // same QEMU, migrationState says aborted, the target Pod goes.
 func TestMigrationCancelWhileTransferring(t *testing.T) {
@@ -98,7 +98,7 @@ func TestMigrationCancelWhileTransferring(t *testing.T) {
 	st := got.Status.MigrationState
 	if got.Status.Phase != v1.Running || got.Status.NodeName != vmi.Status.NodeName || got.Status.LauncherPod != vmi.Status.LauncherPod ||
 		st == nil || !st.Failed || st.Completed || st.AbortStatus != v1.MigrationAbortSucceeded {
-		t.Fatalf("VMI after the cancel: %+v", got.Status)
+		t.Fatalf("VMI after the cancel: phase %s on %s (Pod %s), migrationState %+v", got.Status.Phase, got.Status.NodeName, got.Status.LauncherPod, st)
 	}
 	if p := qemuPids(name); len(p) != 1 || p[0] != pid {
 		t.Errorf("QEMU processes %v after the cancel, want only %d", p, pid)
