@@ -2026,6 +2026,335 @@ func (x *ConsoleOutput) GetData() []byte {
 	return nil
 }
 
+type StreamData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamData) Reset() {
+	*x = StreamData{}
+	mi := &file_launcher_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamData) ProtoMessage() {}
+
+func (x *StreamData) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamData.ProtoReflect.Descriptor instead.
+func (*StreamData) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StreamData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type GuestUser struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UserName string                 `protobuf:"bytes,1,opt,name=user_name,json=userName,proto3" json:"user_name,omitempty"`
+	Domain   string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	// Seconds since the Unix epoch, as the agent reports it.
+	LoginTime     float64 `protobuf:"fixed64,3,opt,name=login_time,json=loginTime,proto3" json:"login_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestUser) Reset() {
+	*x = GuestUser{}
+	mi := &file_launcher_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestUser) ProtoMessage() {}
+
+func (x *GuestUser) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
+func (*GuestUser) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GuestUser) GetUserName() string {
+	if x != nil {
+		return x.UserName
+	}
+	return ""
+}
+
+func (x *GuestUser) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *GuestUser) GetLoginTime() float64 {
+	if x != nil {
+		return x.LoginTime
+	}
+	return 0
+}
+
+type GuestUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*GuestUser           `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestUsersResponse) Reset() {
+	*x = GuestUsersResponse{}
+	mi := &file_launcher_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestUsersResponse) ProtoMessage() {}
+
+func (x *GuestUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestUsersResponse.ProtoReflect.Descriptor instead.
+func (*GuestUsersResponse) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GuestUsersResponse) GetUsers() []*GuestUser {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+type GuestFilesystemDisk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	BusType       string                 `protobuf:"bytes,2,opt,name=bus_type,json=busType,proto3" json:"bus_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestFilesystemDisk) Reset() {
+	*x = GuestFilesystemDisk{}
+	mi := &file_launcher_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestFilesystemDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestFilesystemDisk) ProtoMessage() {}
+
+func (x *GuestFilesystemDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestFilesystemDisk.ProtoReflect.Descriptor instead.
+func (*GuestFilesystemDisk) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GuestFilesystemDisk) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *GuestFilesystemDisk) GetBusType() string {
+	if x != nil {
+		return x.BusType
+	}
+	return ""
+}
+
+type GuestFilesystem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DiskName      string                 `protobuf:"bytes,1,opt,name=disk_name,json=diskName,proto3" json:"disk_name,omitempty"`
+	MountPoint    string                 `protobuf:"bytes,2,opt,name=mount_point,json=mountPoint,proto3" json:"mount_point,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,4,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,5,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Disks         []*GuestFilesystemDisk `protobuf:"bytes,6,rep,name=disks,proto3" json:"disks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestFilesystem) Reset() {
+	*x = GuestFilesystem{}
+	mi := &file_launcher_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestFilesystem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestFilesystem) ProtoMessage() {}
+
+func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
+func (*GuestFilesystem) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GuestFilesystem) GetDiskName() string {
+	if x != nil {
+		return x.DiskName
+	}
+	return ""
+}
+
+func (x *GuestFilesystem) GetMountPoint() string {
+	if x != nil {
+		return x.MountPoint
+	}
+	return ""
+}
+
+func (x *GuestFilesystem) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *GuestFilesystem) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *GuestFilesystem) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *GuestFilesystem) GetDisks() []*GuestFilesystemDisk {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+type GuestFilesystemsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filesystems   []*GuestFilesystem     `protobuf:"bytes,1,rep,name=filesystems,proto3" json:"filesystems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestFilesystemsResponse) Reset() {
+	*x = GuestFilesystemsResponse{}
+	mi := &file_launcher_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestFilesystemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestFilesystemsResponse) ProtoMessage() {}
+
+func (x *GuestFilesystemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestFilesystemsResponse.ProtoReflect.Descriptor instead.
+func (*GuestFilesystemsResponse) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GuestFilesystemsResponse) GetFilesystems() []*GuestFilesystem {
+	if x != nil {
+		return x.Filesystems
+	}
+	return nil
+}
+
 type MigrateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The target's unix sockets as the source reaches them (the local end
@@ -2043,7 +2372,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2384,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2397,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{25}
+	return file_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MigrateRequest) GetMainSocket() string {
@@ -2118,7 +2447,7 @@ type MigrationOptions struct {
 
 func (x *MigrationOptions) Reset() {
 	*x = MigrationOptions{}
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2459,7 @@ func (x *MigrationOptions) String() string {
 func (*MigrationOptions) ProtoMessage() {}
 
 func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2472,7 @@ func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
 func (*MigrationOptions) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{26}
+	return file_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MigrationOptions) GetBandwidthBytesPerSecond() int64 {
@@ -2203,7 +2532,7 @@ type PrepareMigrationTargetResponse struct {
 
 func (x *PrepareMigrationTargetResponse) Reset() {
 	*x = PrepareMigrationTargetResponse{}
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2544,7 @@ func (x *PrepareMigrationTargetResponse) String() string {
 func (*PrepareMigrationTargetResponse) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2557,7 @@ func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{27}
+	return file_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PrepareMigrationTargetResponse) GetMainSocket() string {
@@ -2394,7 +2723,32 @@ const file_launcher_proto_rawDesc = "" +
 	"\fConsoleInput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"#\n" +
 	"\rConsoleOutput\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xbd\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\" \n" +
+	"\n" +
+	"StreamData\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"_\n" +
+	"\tGuestUser\x12\x1b\n" +
+	"\tuser_name\x18\x01 \x01(\tR\buserName\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x1d\n" +
+	"\n" +
+	"login_time\x18\x03 \x01(\x01R\tloginTime\"G\n" +
+	"\x12GuestUsersResponse\x121\n" +
+	"\x05users\x18\x01 \x03(\v2\x1b.kemu.launcher.v1.GuestUserR\x05users\"H\n" +
+	"\x13GuestFilesystemDisk\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x19\n" +
+	"\bbus_type\x18\x02 \x01(\tR\abusType\"\xe0\x01\n" +
+	"\x0fGuestFilesystem\x12\x1b\n" +
+	"\tdisk_name\x18\x01 \x01(\tR\bdiskName\x12\x1f\n" +
+	"\vmount_point\x18\x02 \x01(\tR\n" +
+	"mountPoint\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x05 \x01(\x04R\n" +
+	"totalBytes\x12;\n" +
+	"\x05disks\x18\x06 \x03(\v2%.kemu.launcher.v1.GuestFilesystemDiskR\x05disks\"_\n" +
+	"\x18GuestFilesystemsResponse\x12C\n" +
+	"\vfilesystems\x18\x01 \x03(\v2!.kemu.launcher.v1.GuestFilesystemR\vfilesystems\"\xbd\x01\n" +
 	"\x0eMigrateRequest\x12\x1f\n" +
 	"\vmain_socket\x18\x02 \x01(\tR\n" +
 	"mainSocket\x12\x1f\n" +
@@ -2461,7 +2815,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x19REBOOT_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"GuestAgent\x10\x01\x12\x11\n" +
-	"\rCtrlAltDelete\x10\x022\xab\v\n" +
+	"\rCtrlAltDelete\x10\x022\x98\r\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -2476,10 +2830,14 @@ const file_launcher_proto_rawDesc = "" +
 	"\tGetDomain\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x12D\n" +
 	"\bGetStats\x12\x17.kemu.launcher.v1.Empty\x1a\x1f.kemu.launcher.v1.StatsResponse\x12=\n" +
 	"\tGuestPing\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12I\n" +
-	"\tGuestInfo\x12\x17.kemu.launcher.v1.Empty\x1a#.kemu.launcher.v1.GuestInfoResponse\x12M\n" +
+	"\tGuestInfo\x12\x17.kemu.launcher.v1.Empty\x1a#.kemu.launcher.v1.GuestInfoResponse\x12K\n" +
+	"\n" +
+	"GuestUsers\x12\x17.kemu.launcher.v1.Empty\x1a$.kemu.launcher.v1.GuestUsersResponse\x12W\n" +
+	"\x10GuestFilesystems\x12\x17.kemu.launcher.v1.Empty\x1a*.kemu.launcher.v1.GuestFilesystemsResponse\x12M\n" +
 	"\vWatchDomain\x12\x1e.kemu.launcher.v1.WatchRequest\x1a\x1c.kemu.launcher.v1.WatchEvent0\x01\x12B\n" +
 	"\x03Qmp\x12\x1c.kemu.launcher.v1.QmpRequest\x1a\x1d.kemu.launcher.v1.QmpResponse\x12N\n" +
-	"\aConsole\x12\x1e.kemu.launcher.v1.ConsoleInput\x1a\x1f.kemu.launcher.v1.ConsoleOutput(\x010\x01\x12D\n" +
+	"\aConsole\x12\x1e.kemu.launcher.v1.ConsoleInput\x1a\x1f.kemu.launcher.v1.ConsoleOutput(\x010\x01\x12E\n" +
+	"\x03Vnc\x12\x1c.kemu.launcher.v1.StreamData\x1a\x1c.kemu.launcher.v1.StreamData(\x010\x01\x12D\n" +
 	"\aMigrate\x12 .kemu.launcher.v1.MigrateRequest\x1a\x17.kemu.launcher.v1.Empty\x12i\n" +
 	"\x16PrepareMigrationTarget\x12\x1d.kemu.launcher.v1.SyncRequest\x1a0.kemu.launcher.v1.PrepareMigrationTargetResponse\x12C\n" +
 	"\x0fCancelMigration\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12E\n" +
@@ -2498,7 +2856,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_launcher_proto_goTypes = []any{
 	(DomainState)(0),                       // 0: kemu.launcher.v1.DomainState
 	(DomainReason)(0),                      // 1: kemu.launcher.v1.DomainReason
@@ -2530,9 +2888,15 @@ var file_launcher_proto_goTypes = []any{
 	(*QmpResponse)(nil),                    // 27: kemu.launcher.v1.QmpResponse
 	(*ConsoleInput)(nil),                   // 28: kemu.launcher.v1.ConsoleInput
 	(*ConsoleOutput)(nil),                  // 29: kemu.launcher.v1.ConsoleOutput
-	(*MigrateRequest)(nil),                 // 30: kemu.launcher.v1.MigrateRequest
-	(*MigrationOptions)(nil),               // 31: kemu.launcher.v1.MigrationOptions
-	(*PrepareMigrationTargetResponse)(nil), // 32: kemu.launcher.v1.PrepareMigrationTargetResponse
+	(*StreamData)(nil),                     // 30: kemu.launcher.v1.StreamData
+	(*GuestUser)(nil),                      // 31: kemu.launcher.v1.GuestUser
+	(*GuestUsersResponse)(nil),             // 32: kemu.launcher.v1.GuestUsersResponse
+	(*GuestFilesystemDisk)(nil),            // 33: kemu.launcher.v1.GuestFilesystemDisk
+	(*GuestFilesystem)(nil),                // 34: kemu.launcher.v1.GuestFilesystem
+	(*GuestFilesystemsResponse)(nil),       // 35: kemu.launcher.v1.GuestFilesystemsResponse
+	(*MigrateRequest)(nil),                 // 36: kemu.launcher.v1.MigrateRequest
+	(*MigrationOptions)(nil),               // 37: kemu.launcher.v1.MigrationOptions
+	(*PrepareMigrationTargetResponse)(nil), // 38: kemu.launcher.v1.PrepareMigrationTargetResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	14, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
@@ -2549,53 +2913,62 @@ var file_launcher_proto_depIdxs = []int32{
 	21, // 11: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
 	14, // 12: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
 	25, // 13: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	31, // 14: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
-	14, // 15: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
-	6,  // 16: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	8,  // 17: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	10, // 18: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	5,  // 19: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	5,  // 20: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	12, // 21: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	5,  // 22: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	5,  // 23: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	5,  // 24: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
-	5,  // 25: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	5,  // 26: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	5,  // 27: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	5,  // 28: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	23, // 29: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	26, // 30: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	28, // 31: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	30, // 32: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	10, // 33: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	5,  // 34: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	5,  // 35: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	7,  // 36: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	9,  // 37: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	11, // 38: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	5,  // 39: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	5,  // 40: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	16, // 41: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	16, // 42: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	5,  // 43: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	17, // 44: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
-	16, // 45: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	20, // 46: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	5,  // 47: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	22, // 48: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	24, // 49: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	27, // 50: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	29, // 51: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	5,  // 52: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	32, // 53: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
-	5,  // 54: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	5,  // 55: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	36, // [36:56] is the sub-list for method output_type
-	16, // [16:36] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	31, // 14: kemu.launcher.v1.GuestUsersResponse.users:type_name -> kemu.launcher.v1.GuestUser
+	33, // 15: kemu.launcher.v1.GuestFilesystem.disks:type_name -> kemu.launcher.v1.GuestFilesystemDisk
+	34, // 16: kemu.launcher.v1.GuestFilesystemsResponse.filesystems:type_name -> kemu.launcher.v1.GuestFilesystem
+	37, // 17: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
+	14, // 18: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
+	6,  // 19: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	8,  // 20: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	10, // 21: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	5,  // 22: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	5,  // 23: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	12, // 24: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	5,  // 25: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	5,  // 26: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	5,  // 27: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	5,  // 28: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	5,  // 29: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	5,  // 30: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	5,  // 31: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	5,  // 32: kemu.launcher.v1.Launcher.GuestUsers:input_type -> kemu.launcher.v1.Empty
+	5,  // 33: kemu.launcher.v1.Launcher.GuestFilesystems:input_type -> kemu.launcher.v1.Empty
+	23, // 34: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	26, // 35: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	28, // 36: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	30, // 37: kemu.launcher.v1.Launcher.Vnc:input_type -> kemu.launcher.v1.StreamData
+	36, // 38: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	10, // 39: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	5,  // 40: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	5,  // 41: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	7,  // 42: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	9,  // 43: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	11, // 44: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	5,  // 45: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	5,  // 46: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	16, // 47: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	16, // 48: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	5,  // 49: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	17, // 50: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	16, // 51: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	20, // 52: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	5,  // 53: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	22, // 54: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	32, // 55: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
+	35, // 56: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
+	24, // 57: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	27, // 58: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	29, // 59: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	30, // 60: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
+	5,  // 61: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	38, // 62: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
+	5,  // 63: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	5,  // 64: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	42, // [42:65] is the sub-list for method output_type
+	19, // [19:42] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -2613,7 +2986,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   28,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,9 +36,12 @@ const (
 	Launcher_GetStats_FullMethodName               = "/kemu.launcher.v1.Launcher/GetStats"
 	Launcher_GuestPing_FullMethodName              = "/kemu.launcher.v1.Launcher/GuestPing"
 	Launcher_GuestInfo_FullMethodName              = "/kemu.launcher.v1.Launcher/GuestInfo"
+	Launcher_GuestUsers_FullMethodName             = "/kemu.launcher.v1.Launcher/GuestUsers"
+	Launcher_GuestFilesystems_FullMethodName       = "/kemu.launcher.v1.Launcher/GuestFilesystems"
 	Launcher_WatchDomain_FullMethodName            = "/kemu.launcher.v1.Launcher/WatchDomain"
 	Launcher_Qmp_FullMethodName                    = "/kemu.launcher.v1.Launcher/Qmp"
 	Launcher_Console_FullMethodName                = "/kemu.launcher.v1.Launcher/Console"
+	Launcher_Vnc_FullMethodName                    = "/kemu.launcher.v1.Launcher/Vnc"
 	Launcher_Migrate_FullMethodName                = "/kemu.launcher.v1.Launcher/Migrate"
 	Launcher_PrepareMigrationTarget_FullMethodName = "/kemu.launcher.v1.Launcher/PrepareMigrationTarget"
 	Launcher_CancelMigration_FullMethodName        = "/kemu.launcher.v1.Launcher/CancelMigration"
@@ -71,6 +74,9 @@ type LauncherClient interface {
 	GetStats(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatsResponse, error)
 	GuestPing(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 	GuestInfo(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*GuestInfoResponse, error)
+	// The guest agent's guest-get-users and guest-get-fsinfo.
+	GuestUsers(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*GuestUsersResponse, error)
+	GuestFilesystems(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*GuestFilesystemsResponse, error)
 	// WatchDomain streams state changes and QMP events; from_seq resumes
 	// after a reconnect without missing anything still kept.
 	WatchDomain(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
@@ -79,6 +85,9 @@ type LauncherClient interface {
 	Qmp(ctx context.Context, in *QmpRequest, opts ...grpc.CallOption) (*QmpResponse, error)
 	// Console is the serial console: input in, output out.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error)
+	// The guest's VNC server (RFB), raw bytes both ways; fails with
+	// FailedPrecondition when the VM has no graphics device.
+	Vnc(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamData, StreamData], error)
 	// Live migration. The target's launcher: PrepareMigrationTarget starts
 	// QEMU for the VMI waiting for the migration (paused) and answers the
 	// unix sockets it listens on. The source's launcher: Migrate starts the
@@ -230,6 +239,26 @@ func (c *launcherClient) GuestInfo(ctx context.Context, in *Empty, opts ...grpc.
 	return out, nil
 }
 
+func (c *launcherClient) GuestUsers(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*GuestUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GuestUsersResponse)
+	err := c.cc.Invoke(ctx, Launcher_GuestUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) GuestFilesystems(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*GuestFilesystemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GuestFilesystemsResponse)
+	err := c.cc.Invoke(ctx, Launcher_GuestFilesystems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *launcherClient) WatchDomain(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Launcher_ServiceDesc.Streams[0], Launcher_WatchDomain_FullMethodName, cOpts...)
@@ -271,6 +300,19 @@ func (c *launcherClient) Console(ctx context.Context, opts ...grpc.CallOption) (
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Launcher_ConsoleClient = grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput]
+
+func (c *launcherClient) Vnc(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamData, StreamData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Launcher_ServiceDesc.Streams[2], Launcher_Vnc_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamData, StreamData]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Launcher_VncClient = grpc.BidiStreamingClient[StreamData, StreamData]
 
 func (c *launcherClient) Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -338,6 +380,9 @@ type LauncherServer interface {
 	GetStats(context.Context, *Empty) (*StatsResponse, error)
 	GuestPing(context.Context, *Empty) (*Empty, error)
 	GuestInfo(context.Context, *Empty) (*GuestInfoResponse, error)
+	// The guest agent's guest-get-users and guest-get-fsinfo.
+	GuestUsers(context.Context, *Empty) (*GuestUsersResponse, error)
+	GuestFilesystems(context.Context, *Empty) (*GuestFilesystemsResponse, error)
 	// WatchDomain streams state changes and QMP events; from_seq resumes
 	// after a reconnect without missing anything still kept.
 	WatchDomain(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
@@ -346,6 +391,9 @@ type LauncherServer interface {
 	Qmp(context.Context, *QmpRequest) (*QmpResponse, error)
 	// Console is the serial console: input in, output out.
 	Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error
+	// The guest's VNC server (RFB), raw bytes both ways; fails with
+	// FailedPrecondition when the VM has no graphics device.
+	Vnc(grpc.BidiStreamingServer[StreamData, StreamData]) error
 	// Live migration. The target's launcher: PrepareMigrationTarget starts
 	// QEMU for the VMI waiting for the migration (paused) and answers the
 	// unix sockets it listens on. The source's launcher: Migrate starts the
@@ -406,6 +454,12 @@ func (UnimplementedLauncherServer) GuestPing(context.Context, *Empty) (*Empty, e
 func (UnimplementedLauncherServer) GuestInfo(context.Context, *Empty) (*GuestInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GuestInfo not implemented")
 }
+func (UnimplementedLauncherServer) GuestUsers(context.Context, *Empty) (*GuestUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GuestUsers not implemented")
+}
+func (UnimplementedLauncherServer) GuestFilesystems(context.Context, *Empty) (*GuestFilesystemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GuestFilesystems not implemented")
+}
 func (UnimplementedLauncherServer) WatchDomain(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchDomain not implemented")
 }
@@ -414,6 +468,9 @@ func (UnimplementedLauncherServer) Qmp(context.Context, *QmpRequest) (*QmpRespon
 }
 func (UnimplementedLauncherServer) Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error {
 	return status.Error(codes.Unimplemented, "method Console not implemented")
+}
+func (UnimplementedLauncherServer) Vnc(grpc.BidiStreamingServer[StreamData, StreamData]) error {
+	return status.Error(codes.Unimplemented, "method Vnc not implemented")
 }
 func (UnimplementedLauncherServer) Migrate(context.Context, *MigrateRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Migrate not implemented")
@@ -682,6 +739,42 @@ func _Launcher_GuestInfo_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_GuestUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).GuestUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_GuestUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).GuestUsers(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_GuestFilesystems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).GuestFilesystems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_GuestFilesystems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).GuestFilesystems(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Launcher_WatchDomain_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -717,6 +810,13 @@ func _Launcher_Console_Handler(srv interface{}, stream grpc.ServerStream) error 
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Launcher_ConsoleServer = grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]
+
+func _Launcher_Vnc_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LauncherServer).Vnc(&grpc.GenericServerStream[StreamData, StreamData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Launcher_VncServer = grpc.BidiStreamingServer[StreamData, StreamData]
 
 func _Launcher_Migrate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MigrateRequest)
@@ -850,6 +950,14 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Launcher_GuestInfo_Handler,
 		},
 		{
+			MethodName: "GuestUsers",
+			Handler:    _Launcher_GuestUsers_Handler,
+		},
+		{
+			MethodName: "GuestFilesystems",
+			Handler:    _Launcher_GuestFilesystems_Handler,
+		},
+		{
 			MethodName: "Qmp",
 			Handler:    _Launcher_Qmp_Handler,
 		},
@@ -879,6 +987,12 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Console",
 			Handler:       _Launcher_Console_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Vnc",
+			Handler:       _Launcher_Vnc_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
