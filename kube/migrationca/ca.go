@@ -49,8 +49,13 @@ type CA struct {
 	Bundle []*x509.Certificate
 }
 
-// NewCA generates a CA (ECDSA P-256) valid from now for CAValidity.
-func NewCA(now time.Time) (*CA, error) {
+// NewCA generates kemu's migration CA (ECDSA P-256) valid from now for
+// CAValidity.
+func NewCA(now time.Time) (*CA, error) { return NewNamedCA(caCommonName, now, CAValidity) }
+
+// NewNamedCA generates a CA (ECDSA P-256) named commonName, valid from now
+// for validity.
+func NewNamedCA(commonName string, now time.Time, validity time.Duration) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA key: %w", err)
@@ -61,9 +66,9 @@ func NewCA(now time.Time) (*CA, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: caCommonName},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-ClockSkew),
-		NotAfter:              now.Add(CAValidity),
+		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -91,22 +96,30 @@ func (ca *CA) SignNode(nodeName string, pub crypto.PublicKey, now time.Time, val
 	if validity <= 0 || validity > NodeValidity {
 		validity = NodeValidity
 	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := NodeTemplate(nodeName)
-	tmpl.SerialNumber = serial
-	tmpl.NotBefore = now.Add(-ClockSkew)
-	tmpl.NotAfter = now.Add(validity)
-	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
-		tmpl.NotAfter = ca.Cert.NotAfter
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
+	der, err := ca.Sign(NodeTemplate(nodeName), pub, now, validity)
 	if err != nil {
 		return nil, fmt.Errorf("create certificate for node %q: %w", nodeName, err)
 	}
 	return der, nil
+}
+
+// Sign signs the identity tmpl (its subject, SANs and usages) for the
+// public key pub, valid from now (backdated by ClockSkew) for validity but
+// never beyond the CA, with a fresh serial. It returns the certificate's
+// DER.
+func (ca *CA) Sign(tmpl *x509.Certificate, pub crypto.PublicKey, now time.Time, validity time.Duration) ([]byte, error) {
+	serial, err := newSerial()
+	if err != nil {
+		return nil, err
+	}
+	t := *tmpl
+	t.SerialNumber = serial
+	t.NotBefore = now.Add(-ClockSkew)
+	t.NotAfter = now.Add(validity)
+	if t.NotAfter.After(ca.Cert.NotAfter) {
+		t.NotAfter = ca.Cert.NotAfter
+	}
+	return x509.CreateCertificate(rand.Reader, &t, ca.Cert, pub, ca.Key)
 }
 
 // NodeTemplate is the identity of node nodeName's certificate: CN and the

@@ -43,3 +43,7 @@ const (
 func Path(namespace, name, verb string) string {
 	return path.Join("/v1/namespaces", namespace, "virtualmachineinstances", name, verb)
 }
+
+// AgentLabel selects the node agent Pods in kemu's namespace (the
+// DaemonSet's Pod label in deploy/nodeagent.yaml).
+const AgentLabel = "app.kubernetes.io/name=kemu-nodeagent"

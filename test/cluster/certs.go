@@ -23,6 +23,10 @@ type pki struct {
 
 	caCert, servingCert, servingKey string // file paths
 	saPub, saKey                    string
+	// The aggregation layer's front proxy: its own CA (as kubeadm's) and
+	// the client certificate kube-apiserver presents to aggregated API
+	// servers such as kemu-api.
+	frontProxyCA, proxyClientCert, proxyClientKey string
 	tokenFile                       string
 	token                           string
 }
@@ -35,6 +39,10 @@ func writePKI(dir string) (*pki, error) {
 		saPub:       filepath.Join(dir, "sa.pub"),
 		saKey:       filepath.Join(dir, "sa.key"),
 		tokenFile:   filepath.Join(dir, "tokens.csv"),
+
+		frontProxyCA:    filepath.Join(dir, "front-proxy-ca.crt"),
+		proxyClientCert: filepath.Join(dir, "front-proxy-client.crt"),
+		proxyClientKey:  filepath.Join(dir, "front-proxy-client.key"),
 	}
 	now := time.Now()
 
@@ -92,6 +100,10 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 
+	if err := writeFrontProxy(p, now); err != nil {
+		return nil, err
+	}
+
 	// Service-account signing key pair.
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -136,4 +148,55 @@ func serial() *big.Int {
 		return big.NewInt(time.Now().UnixNano())
 	}
 	return n
+}
+
+// FrontProxyClientName is the front proxy's client certificate name
+// (--requestheader-allowed-names).
+const FrontProxyClientName = "front-proxy-client"
+
+// writeFrontProxy writes the front proxy's CA and client certificate.
+func writeFrontProxy(p *pki, now time.Time) error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "kemu-test-front-proxy-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(7 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.frontProxyCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: FrontProxyClientName},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.proxyClientCert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return err
+	}
+	return writeECKey(p.proxyClientKey, key)
 }

@@ -410,6 +410,17 @@ func (c *Cluster) startControlPlane(ctx context.Context, opts Options, pk *pki, 
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
 		"--kubelet-preferred-address-types=InternalIP",
+		// The aggregation layer (kemu-api's subresources.kemu.dev) and
+		// webhooks reach Services through their endpoints: the host has
+		// no kube-proxy, and it routes every node's Pod range.
+		"--requestheader-client-ca-file=" + pk.frontProxyCA,
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pk.proxyClientCert,
+		"--proxy-client-key-file=" + pk.proxyClientKey,
+		"--enable-aggregator-routing=true",
 		admission,
 	}
 	apiArgs = append(apiArgs, opts.APIServerArgs...)
