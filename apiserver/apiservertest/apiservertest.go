@@ -1,7 +1,7 @@
 // Package apiservertest runs kemu-api in the test process against a test
 // cluster's real kube-apiserver (test/cluster): its server on a host
 // address kube-apiserver can reach, a Service without selector whose
-// endpoints name that address (kube-apiserver runs with
+// EndpointSlice names that address (kube-apiserver runs with
 // --enable-aggregator-routing), the APIService, and the serving
 // certificates and CA bundle through apiserver/certs as in a cluster.
 // Requests then go through kube-apiserver's aggregation layer, with its
@@ -181,16 +181,6 @@ func register(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	}
 	if _, err := kube.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("kemu-api Service: %w", err)
-	}
-	ep := &corev1.Endpoints{ //nolint:staticcheck // the aggregator's resolver may read Endpoints
-		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: Service},
-		Subsets: []corev1.EndpointSubset{{ //nolint:staticcheck
-			Addresses: []corev1.EndpointAddress{{IP: ip.String()}},
-			Ports:     []corev1.EndpointPort{{Name: "https", Port: int32(port)}}, //nolint:staticcheck
-		}},
-	}
-	if _, err := kube.CoreV1().Endpoints(Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil { //nolint:staticcheck
-		return fmt.Errorf("kemu-api Endpoints: %w", err)
 	}
 	name, proto, p32, ready := "https", corev1.ProtocolTCP, int32(port), true
 	slice := &discoveryv1.EndpointSlice{

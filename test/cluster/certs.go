@@ -27,8 +27,8 @@ type pki struct {
 	// the client certificate kube-apiserver presents to aggregated API
 	// servers such as kemu-api.
 	frontProxyCA, proxyClientCert, proxyClientKey string
-	tokenFile                       string
-	token                           string
+	tokenFile                                     string
+	token                                         string
 }
 
 func writePKI(dir string) (*pki, error) {
