@@ -42,6 +42,9 @@ type VirtualMachineInstanceList struct {
 
 // VirtualMachineInstanceSpec is the desired VM: its domain (the virtual
 // hardware), volumes, networks and scheduling.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.domain.devices) || !has(self.domain.devices.disks) || self.domain.devices.disks.all(d, has(self.volumes) && self.volumes.exists(v, v.name == d.name))",message="every disk attaches a volume of its name (spec.volumes)",fieldPath=".domain.devices.disks"
+// +kubebuilder:validation:XValidation:rule="!has(self.domain.devices) || !has(self.domain.devices.interfaces) || self.domain.devices.interfaces.all(i, has(self.networks) && self.networks.exists(n, n.name == i.name))",message="every interface attaches a network of its name (spec.networks)",fieldPath=".domain.devices.interfaces"
 type VirtualMachineInstanceSpec struct {
 	// Domain is the virtual hardware.
 	Domain DomainSpec `json:"domain"`
@@ -70,11 +73,13 @@ type VirtualMachineInstanceSpec struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
 	Volumes []Volume `json:"volumes,omitempty"`
 	// Networks are the networks the domain's interfaces refer to by name.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
 	Networks []Network `json:"networks,omitempty"`
 
 	// Unsupported KubeVirt fields: declared so they are rejected, not pruned.
@@ -186,8 +191,9 @@ const (
 
 // Memory is the guest's memory.
 type Memory struct {
-	// Guest is the amount of memory the guest sees.
+	// Guest is the amount of memory the guest sees (at least 32Mi).
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('32Mi')) >= 0",message="must be at least 32Mi"
 	Guest *resource.Quantity `json:"guest,omitempty"`
 
 	Hugepages *Unsupported       `json:"hugepages,omitempty"`
@@ -294,11 +300,13 @@ type Devices struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
 	Disks []Disk `json:"disks,omitempty"`
 	// Interfaces attach networks to the guest.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
 	Interfaces []Interface `json:"interfaces,omitempty"`
 	// AutoattachPodInterface adds a pod network interface when no interface
 	// is given (default true).
@@ -343,6 +351,7 @@ type Rng struct{}
 // +kubebuilder:validation:XValidation:rule="(has(self.disk) ? 1 : 0) + (has(self.cdrom) ? 1 : 0) + (has(self.lun) ? 1 : 0) <= 1",message="a disk is one of disk, cdrom or lun"
 type Disk struct {
 	// Name is the name of the volume this disk attaches.
+	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// Disk attaches the volume as a hard disk.
 	// +optional
@@ -410,6 +419,7 @@ type CDRomTarget struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.bridge) ? 1 : 0) + (has(self.masquerade) ? 1 : 0) + (has(self.slirp) ? 1 : 0) + (has(self.sriov) ? 1 : 0) + (has(self.macvtap) ? 1 : 0) + (has(self.passt) ? 1 : 0) + (has(self.binding) ? 1 : 0) <= 1",message="an interface has one binding: masquerade or bridge"
 type Interface struct {
 	// Name is the name of the network this interface attaches.
+	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// Model is the NIC model: virtio (default), e1000, e1000e or rtl8139.
 	// +optional
@@ -466,6 +476,7 @@ type Port struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.containerDisk) ? 1 : 0) + (has(self.cloudInitNoCloud) ? 1 : 0) + (has(self.emptyDisk) ? 1 : 0) + (has(self.hostDisk) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.dataVolume) ? 1 : 0) + (has(self.cloudInitConfigDrive) ? 1 : 0) + (has(self.sysprep) ? 1 : 0) + (has(self.ephemeral) ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.secret) ? 1 : 0) + (has(self.serviceAccount) ? 1 : 0) + (has(self.downwardAPI) ? 1 : 0) + (has(self.downwardMetrics) ? 1 : 0) + (has(self.memoryDump) ? 1 : 0) == 1",message="a volume has exactly one source"
 type Volume struct {
 	// Name is referenced by a disk.
+	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// ContainerDisk is a disk image shipped in a container image, used
 	// read-only under a throw-away overlay.
@@ -579,6 +590,7 @@ type PersistentVolumeClaimVolumeSource struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.pod) ? 1 : 0) + (has(self.multus) ? 1 : 0) == 1",message="a network has exactly one source: pod"
 type Network struct {
 	// Name is referenced by an interface.
+	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// Pod is the Pod's own network.
 	// +optional

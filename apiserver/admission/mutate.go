@@ -1,0 +1,74 @@
+package admission
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// mutateVMI stores a new VMI's defaults: a JSON patch of spec from what the
+// user wrote to what v1alpha1.SetVirtualMachineInstanceDefaults makes of it.
+// Only CREATE: a VMI's spec is immutable afterwards. An object that does not
+// decode is let through unchanged, for the CRD schema to refuse it with its
+// own message (schema validation runs after mutating admission).
+func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if err := checkKind(req, vmiKind); err != nil {
+		return deny(err)
+	}
+	if req.Operation != admissionv1.Create {
+		return allow()
+	}
+	var vmi v1.VirtualMachineInstance
+	if err := decode(req.Object, "object", &vmi); err != nil {
+		return allow()
+	}
+	var raw struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &raw); err != nil {
+		return allow()
+	}
+	defaultVMI(req, &vmi)
+	patch, err := specPatch(raw.Spec, &vmi.Spec)
+	if err != nil {
+		return deny(fmt.Errorf("defaulting: %w", err))
+	}
+	if len(patch) == 0 {
+		return allow()
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
+}
+
+// specPatch is the JSON patch (RFC 6902) turning the object's spec, as sent
+// (orig; empty if it had none), into spec; nil when they are equal. Its
+// operations touch only /spec, so metadata is never rewritten.
+func specPatch(orig json.RawMessage, spec any) ([]byte, error) {
+	want, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var ops []jsonpatch.Operation
+	if len(orig) == 0 || string(orig) == "null" {
+		var v any
+		if err := json.Unmarshal(want, &v); err != nil {
+			return nil, err
+		}
+		ops = []jsonpatch.Operation{jsonpatch.NewOperation("add", "/spec", v)}
+	} else {
+		if ops, err = jsonpatch.CreatePatch(orig, want); err != nil {
+			return nil, err
+		}
+		for i := range ops {
+			ops[i].Path = "/spec" + ops[i].Path
+		}
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(ops)
+}
