@@ -43,6 +43,10 @@ const (
 	// serial console's, the RFB protocol's). A close frame's reason says
 	// why the stream ended.
 	StreamProtocol = "plain.kemu.dev"
+	// MaxStreamMessage is the largest message kemu-api takes from a
+	// client on a stream; a larger one closes the stream (1009). Clients
+	// split what they send.
+	MaxStreamMessage = 64 << 10
 )
 
 // A Verb is one subresource: its name, the resource it belongs to and the

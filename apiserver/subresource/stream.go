@@ -28,9 +28,6 @@ type NodeAgents interface {
 
 // Stream limits.
 const (
-	// maxMessage bounds one WebSocket message from the user (keystrokes,
-	// RFB client messages are small).
-	maxMessage = 64 << 10
 	// chunk is the most one message to the user carries.
 	chunk = 32 << 10
 	// closeWait bounds writing a close frame.
@@ -92,7 +89,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, verb subresourc
 		return
 	}
 	defer ws.Close()
-	ws.SetReadLimit(maxMessage)
+	ws.SetReadLimit(subresources.MaxStreamMessage)
 	logger := klog.FromContext(ctx)
 	logger.Info("Stream opened", "node", vmi.Status.NodeName)
 	reason := splice(ws, node, h.Stopping, verb.Name)
