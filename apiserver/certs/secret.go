@@ -92,13 +92,14 @@ func renew(m *material, dnsNames []string, now time.Time) (*material, error) {
 			return nil, err
 		}
 		if next.ca != nil {
-			for _, old := range next.ca.Bundle {
-				if now.Before(old.NotAfter) {
-					ca.Bundle = append(ca.Bundle, old)
-				}
-			}
+			ca.Bundle = append(ca.Bundle, unexpired(next.ca.Bundle, now)...)
 		}
 		next.ca, next.cert, changed = ca, nil, true
+	}
+	if live := unexpired(next.ca.Bundle, now); len(live) != len(next.ca.Bundle) && len(live) > 0 && live[0] == next.ca.Cert {
+		ca := *next.ca
+		ca.Bundle = live
+		next.ca, changed = &ca, true
 	}
 	if next.cert == nil || renewDue(next.cert.NotBefore, next.cert.NotAfter, now) ||
 		next.cert.CheckSignatureFrom(next.ca.Cert) != nil || !sameNames(next.cert.DNSNames, dnsNames) {
@@ -111,6 +112,17 @@ func renew(m *material, dnsNames []string, now time.Time) (*material, error) {
 		return nil, nil
 	}
 	return next, nil
+}
+
+// unexpired are the certificates of bundle still valid at now, in order.
+func unexpired(bundle []*x509.Certificate, now time.Time) []*x509.Certificate {
+	var live []*x509.Certificate
+	for _, c := range bundle {
+		if now.Before(c.NotAfter) {
+			live = append(live, c)
+		}
+	}
+	return live
 }
 
 // issue signs a new serving certificate with a new key.
