@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +172,21 @@ func TestNodeAPI(t *testing.T) {
 		ls.readd()
 	})
 
+	t.Run("streams end when the server closes", func(t *testing.T) {
+		other, err := nodeagentapi.Listen(ctx, "127.0.0.1:0", nodeagentapi.Config{Store: migrationproxy.NewStore(p.node), Launchers: ls})
+		if err != nil {
+			t.Fatal(err)
+		}
+		con, _, err := openStream(ctx, other.Addr().String(), kemuAPI, ns, name, uid, nodeapi.Console)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Close(); err != nil {
+			t.Error(err)
+		}
+		waitEOF(t, con, "server closed")
+	})
+
 	t.Run("the console ends when the launcher stops", func(t *testing.T) {
 		con, _, err := openStream(ctx, addr, kemuAPI, ns, name, uid, nodeapi.Console)
 		if err != nil {
@@ -189,6 +205,22 @@ func TestNodeAPI(t *testing.T) {
 			t.Errorf("after the stop: %v %v %s", resp.StatusCode, err, body)
 		}
 	})
+
+	// No goroutine of the API is left once its servers are closed.
+	if err := srv.Close(); err != nil {
+		t.Error(err)
+	}
+	err = poll(ctxFor(t, 10*time.Second), func() error {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if strings.Contains(stacks, "kemu/nodeagent/nodeapi.") {
+			return errors.New("goroutines left:\n" + stacks)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
 }
 
 // tls13NoCert is kemu-api's TLS configuration without a client
