@@ -98,7 +98,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) (*Server, error) {
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		// Refused handshakes (a node's certificate, none) are warnings.
 		ErrorLog:    klog.NewStandardLogger("WARNING"),
-		BaseContext:  func(net.Listener) context.Context { return klog.NewContext(sctx, logger) },
+		BaseContext: func(net.Listener) context.Context { return klog.NewContext(sctx, logger) },
 	}
 	s.ln = tls.NewListener(ln, serverTLS(cfg.Store))
 	go func() {
