@@ -9,7 +9,9 @@
 // socket, a process of the launcher Pod, the VMI's UID), syncs them, mirrors their
 // domains into VMI status and applies pause, soft reboot and deletion; and
 // the migration proxy on --migration-addr with the node certificate it
-// asks the controller for (nodeagent/migrationcert).
+// asks the controller for (nodeagent/migrationcert), and with that
+// certificate the node agent's API for kemu-api on --api-addr
+// (nodeagent/nodeapi: console, VNC, guest agent reports).
 // /healthz and /metrics are served on --health-addr. See docs/nodeagent.md.
 package main
 
@@ -39,10 +41,12 @@ import (
 	"github.com/kemu-dev/kemu/devices/deviceplugin"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/kube/migrationca"
+	"github.com/kemu-dev/kemu/kube/nodeapi"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 	"github.com/kemu-dev/kemu/nodeagent/migrationcert"
 	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
+	agentapi "github.com/kemu-dev/kemu/nodeagent/nodeapi"
 	"github.com/kemu-dev/kemu/nodeagent/vmi"
 )
 
@@ -72,6 +76,8 @@ func run() int {
 	var migrationAddr, migrationAdvertise, systemNamespace string
 	fs.StringVar(&migrationAddr, "migration-addr", migrationproxy.DefaultAddr, "address of the migration proxy (TLS 1.3, mutual; its node certificate comes from the controller's signer "+migrationca.SignerName+")")
 	fs.StringVar(&migrationAdvertise, "migration-advertise-address", os.Getenv("POD_IP"), "the address other nodes' agents reach this node's migration proxy at (default $POD_IP)")
+	var apiAddr string
+	fs.StringVar(&apiAddr, "api-addr", ":"+strconv.Itoa(nodeapi.DefaultPort), "address of the node agent's API for kemu-api (console, VNC, guest agent; TLS 1.3 with the node certificate, kemu-api's client certificate required; empty: none)")
 	fs.StringVar(&systemNamespace, "system-namespace", "kemu-system", "kemu's namespace, holding the migration CA bundle (ConfigMap "+migrationca.ConfigMapName+")")
 	var hostDiskDirsFlag, hostRoot string
 	fs.StringVar(&hostRoot, "host-root", hostdisk.DefaultHostRoot, "the host's / as this process sees it (hostDisks are resolved there)")
@@ -196,16 +202,40 @@ func run() int {
 		}
 		migrationErr <- err
 	}()
+	apiErr := make(chan error, 1)
+	go func() { apiErr <- serveAPI(ctx, apiAddr, migration, vmis) }()
 	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
 		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready})
 	stop() // heartbeat.Run also returns early on a bad configuration
-	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr, <-migrationErr)
+	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr, <-migrationErr, <-apiErr)
 	if err != nil {
 		klog.ErrorS(err, "kemu-nodeagent stopped with errors")
 		return 1
 	}
 	klog.InfoS("kemu-nodeagent stopped")
 	return 0
+}
+
+// serveAPI serves the node agent's API on addr (nothing when empty) once
+// the node's certificate is issued, until ctx ends.
+func serveAPI(ctx context.Context, addr string, migration *migrationcert.Proxy, vmis *vmi.Controller) error {
+	if addr == "" {
+		klog.InfoS("No --api-addr: kemu-api cannot reach this node's consoles and guest agents")
+		return nil
+	}
+	select {
+	case <-migration.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	srv, err := agentapi.Listen(ctx, addr, agentapi.Config{Store: migration.Store(), Launchers: vmis})
+	if err != nil {
+		klog.ErrorS(err, "Node API")
+		return err
+	}
+	klog.InfoS("Node API listening", "addr", srv.Addr().String())
+	<-ctx.Done()
+	return srv.Close()
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -16,7 +16,8 @@ import (
 )
 
 // sync reconciles one request: not yet decided → approved or denied by
-// migrationca.ReviewRequest; approved and not issued → signed. An
+// migrationca.Review (a node agent's node certificate, kemu-api's client
+// certificate); approved and not issued → signed. An
 // approved request the rules refuse (approved by someone else) is marked
 // Failed, never signed. Issued, denied and failed requests are final.
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
@@ -32,7 +33,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "requester", csr.Spec.Username)
-	node, req, reviewErr := migrationca.ReviewRequest(csr, c.cfg.Namespace)
+	grant, reviewErr := migrationca.Review(csr, c.cfg.Namespace)
 	var refused *migrationca.ReviewError
 	if reviewErr != nil && !errors.As(reviewErr, &refused) {
 		return 0, reviewErr
@@ -42,9 +43,14 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			logger.Info("Denied a migration certificate request", "reason", refused.Reason, "message", refused.Message)
 			return 0, c.decide(ctx, csr, certificatesv1.CertificateDenied, refused.Reason, refused.Message)
 		}
-		logger.Info("Approved a migration certificate request", "node", node)
+		if grant.Client {
+			logger.Info("Approved kemu-api's client certificate request")
+			return 0, c.decide(ctx, csr, certificatesv1.CertificateApproved, migrationca.ReasonApprovedClient,
+				"kemu-api asks for its client certificate to the node agents")
+		}
+		logger.Info("Approved a migration certificate request", "node", grant.Node)
 		return 0, c.decide(ctx, csr, certificatesv1.CertificateApproved, migrationca.ReasonApproved,
-			"the node agent of node "+node+" asks for its own migration certificate")
+			"the node agent of node "+grant.Node+" asks for its own migration certificate")
 	}
 	if refused != nil {
 		logger.Info("Refused to sign an approved migration certificate request", "reason", refused.Reason, "message", refused.Message)
@@ -58,7 +64,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if s := csr.Spec.ExpirationSeconds; s != nil {
 		validity = time.Duration(*s) * time.Second
 	}
-	der, err := ca.SignNode(node, req.PublicKey, c.cfg.Now(), validity)
+	der, err := ca.SignGrant(grant, c.cfg.Now(), validity)
 	if err != nil {
 		return 0, err
 	}
@@ -67,7 +73,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if _, err := c.cfg.Client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
 		return 0, fmt.Errorf("write the certificate of request %s: %w", csr.Name, err)
 	}
-	logger.Info("Signed a migration certificate", "node", node)
+	logger.Info("Signed a certificate", "node", grant.Node, "client", grant.Client)
 	return 0, nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"slices"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/kemu-dev/kemu/kube/nodeapi"
 )
 
 // Names defined once for the controller, the node agent and deploy/.
@@ -79,7 +81,8 @@ var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
 //   - the request is a valid PEM x509 request with an ECDSA P-256 key
 //     and a good self-signature;
 //   - its subject is only CN = that node, its only SAN is DNS = that node
-//     (no IP, URI or e-mail SANs).
+//     (no IP, URI or e-mail SANs), and that node is not
+//     nodeapi.ClientCommonName (kemu-api's identity).
 //
 // Otherwise a *ReviewError says why.
 func ReviewRequest(csr *certificatesv1.CertificateSigningRequest, namespace string) (string, *x509.CertificateRequest, error) {
@@ -98,24 +101,34 @@ func ReviewRequest(csr *certificatesv1.CertificateSigningRequest, namespace stri
 	if len(spec.Usages) != len(Usages) || !containsAll(spec.Usages, Usages) {
 		return "", nil, refuse(ReasonUsages, "usages %q: want exactly %q", spec.Usages, Usages)
 	}
-	block, rest := pem.Decode(spec.Request)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" || len(bytes.TrimSpace(rest)) != 0 {
-		return "", nil, refuse(ReasonBadRequest, "spec.request is not one PEM CERTIFICATE REQUEST")
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	req, err := parseRequest(spec.Request)
 	if err != nil {
-		return "", nil, refuse(ReasonBadRequest, "parse the request: %v", err)
-	}
-	if err := req.CheckSignature(); err != nil {
-		return "", nil, refuse(ReasonBadRequest, "the request's signature: %v", err)
-	}
-	if pub, ok := req.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
-		return "", nil, refuse(ReasonKey, "key %T: want ECDSA P-256", req.PublicKey)
+		return "", nil, err
 	}
 	if err := checkIdentity(req.Subject.Names, req.Subject.CommonName, req.DNSNames, len(req.IPAddresses)+len(req.URIs)+len(req.EmailAddresses), node); err != nil {
 		return "", nil, err
 	}
 	return node, req, nil
+}
+
+// parseRequest parses spec.request: exactly one PEM x509 request with a
+// good self-signature and an ECDSA P-256 key.
+func parseRequest(pemData []byte) (*x509.CertificateRequest, error) {
+	block, rest := pem.Decode(pemData)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" || len(bytes.TrimSpace(rest)) != 0 {
+		return nil, refuse(ReasonBadRequest, "spec.request is not one PEM CERTIFICATE REQUEST")
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, refuse(ReasonBadRequest, "parse the request: %v", err)
+	}
+	if err := req.CheckSignature(); err != nil {
+		return nil, refuse(ReasonBadRequest, "the request's signature: %v", err)
+	}
+	if pub, ok := req.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		return nil, refuse(ReasonKey, "key %T: want ECDSA P-256", req.PublicKey)
+	}
+	return req, nil
 }
 
 // CheckNodeCertificate checks that an issued certificate carries node's
@@ -131,6 +144,10 @@ func CheckNodeCertificate(cert *x509.Certificate, node string) error {
 }
 
 func checkIdentity(names []pkix.AttributeTypeAndValue, cn string, dns []string, otherSANs int, node string) error {
+	if node == nodeapi.ClientCommonName {
+		// No Node can have this name (a colon); never a node's identity.
+		return refuse(ReasonIdentity, "%s is kemu-api's identity, never a node's", node)
+	}
 	for _, n := range names {
 		if !n.Type.Equal(oidCommonName) {
 			return refuse(ReasonIdentity, "subject attribute %v: only CN=%s is allowed", n.Type, node)

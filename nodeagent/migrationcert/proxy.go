@@ -2,13 +2,12 @@ package migrationcert
 
 import (
 	"context"
-	"errors"
+	"crypto/x509"
 	"fmt"
-	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/kube/certrequest"
 	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 )
 
@@ -67,58 +66,25 @@ func (p *Proxy) Store() *migrationproxy.Store {
 func (p *Proxy) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("node", p.cfg.NodeName)
 	ctx = klog.NewContext(ctx, logger)
-	m, err := p.obtain(ctx)
-	if err != nil {
-		return nil // ctx ended
-	}
-	store := migrationproxy.NewStore(m)
-	server, err := migrationproxy.Listen(ctx, p.addr, store)
-	if err != nil {
-		return fmt.Errorf("migration proxy on %s: %w", p.addr, err)
-	}
-	defer server.Close()
-	p.store, p.server = store, server
-	close(p.ready)
-	logger.Info("Migration proxy listening", "addr", server.Addr().String())
-	for {
-		leaf := store.Current().Leaf()
-		timer := time.NewTimer(time.Until(RenewAt(leaf.NotBefore, leaf.NotAfter)))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-timer.C:
+	defer func() {
+		if p.server != nil {
+			_ = p.server.Close()
 		}
-		m, err := p.obtain(ctx)
+	}()
+	return certrequest.Keep(ctx, func(ctx context.Context) (*migrationproxy.Material, error) {
+		return Request(ctx, p.cfg)
+	}, func(m *migrationproxy.Material) (*x509.Certificate, error) {
+		if p.store != nil {
+			return m.Leaf(), p.store.Reload(m)
+		}
+		store := migrationproxy.NewStore(m)
+		server, err := migrationproxy.Listen(ctx, p.addr, store)
 		if err != nil {
-			return nil // ctx ended
+			return nil, fmt.Errorf("migration proxy on %s: %w", p.addr, err)
 		}
-		if err := store.Reload(m); err != nil {
-			return err
-		}
-	}
-}
-
-// obtain requests a certificate until one is issued or ctx ends.
-func (p *Proxy) obtain(ctx context.Context) (*migrationproxy.Material, error) {
-	var m *migrationproxy.Material
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: time.Minute}
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-		var err error
-		if m, err = Request(ctx, p.cfg); err != nil {
-			klog.FromContext(ctx).Error(err, "Migration certificate not issued, retrying")
-			return false, nil
-		}
-		return true, nil
+		p.store, p.server = store, server
+		close(p.ready)
+		logger.Info("Migration proxy listening", "addr", server.Addr().String())
+		return m.Leaf(), nil
 	})
-	if err != nil {
-		return nil, errors.Join(err, ctx.Err())
-	}
-	return m, nil
-}
-
-// RenewAt is when a certificate valid from notBefore to notAfter is
-// renewed: at two thirds of its life.
-func RenewAt(notBefore, notAfter time.Time) time.Time {
-	return notBefore.Add(notAfter.Sub(notBefore) * 2 / 3)
 }

@@ -1,7 +1,7 @@
-// Package migrationcert gets the node agent its migration certificate:
-// a key generated in memory (never sent anywhere), a
-// CertificateSigningRequest of signer kemu.dev/migration for the node's
-// identity, the certificate the controller signs verified against the
+// Package migrationcert gets the node agent its migration certificate
+// (through kube/certrequest): a key generated in memory (never sent
+// anywhere), a CertificateSigningRequest of signer kemu.dev/migration for
+// the node's identity, the certificate the controller signs verified against the
 // published CA bundle and the node's name, renewed at two thirds of its
 // life while the old one keeps serving. Proxy runs the node's migration
 // proxy with it. See docs/deploy.md.
@@ -9,27 +9,20 @@ package migrationcert
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/kube/certrequest"
 	"github.com/kemu-dev/kemu/kube/migrationca"
 	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 )
 
 // DefaultRequestTimeout bounds the wait for one request's certificate.
-const DefaultRequestTimeout = 2 * time.Minute
+const DefaultRequestTimeout = certrequest.DefaultRequestTimeout
 
 // Config says who asks and where the CA bundle is.
 type Config struct {
@@ -54,68 +47,30 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Request gets one certificate for the node: reads the CA bundle, asks,
-// waits (at most RequestTimeout) for the signed certificate, verifies it
-// and deletes the request. The key never leaves the process.
+// Request gets one certificate for the node (certrequest.Request with
+// the node's identity, migrationca.NodeTemplate and Usages) and verifies
+// it against the CA bundle and the node's name. The key never leaves the
+// process.
 func Request(ctx context.Context, cfg Config) (*migrationproxy.Material, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	defer cancel()
-	cm, err := cfg.Client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, migrationca.ConfigMapName, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("migration CA bundle %s/%s: %w", cfg.Namespace, migrationca.ConfigMapName, err)
-	}
-	bundle := []byte(cm.Data[migrationca.CACertKey])
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate the migration key: %w", err)
-	}
 	tmpl := migrationca.NodeTemplate(cfg.NodeName)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: tmpl.Subject.CommonName}, DNSNames: tmpl.DNSNames,
-	}, key)
+	got, err := certrequest.Request(ctx, certrequest.Config{
+		Client: cfg.Client, Namespace: cfg.Namespace, GenerateName: "kemu-migration-" + cfg.NodeName + "-",
+		CommonName: tmpl.Subject.CommonName, DNSNames: tmpl.DNSNames, Usages: migrationca.Usages,
+		Validity: cfg.Validity, RequestTimeout: cfg.RequestTimeout,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("create the migration certificate request: %w", err)
+		return nil, fmt.Errorf("migration certificate: %w", err)
 	}
-	req := &certificatesv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "kemu-migration-" + cfg.NodeName + "-"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    migrationca.PEMBlock("CERTIFICATE REQUEST", der),
-			SignerName: migrationca.SignerName,
-			Usages:     migrationca.Usages,
-		},
-	}
-	if cfg.Validity > 0 {
-		req.Spec.ExpirationSeconds = csr.DurationToExpirationSeconds(cfg.Validity)
-	}
-	csrs := cfg.Client.CertificatesV1().CertificateSigningRequests()
-	created, err := csrs.Create(ctx, req, metav1.CreateOptions{})
+	m, err := migrationproxy.NewMaterialFromKey(got.CABundle, got.CertPEM, got.Key)
 	if err != nil {
-		return nil, fmt.Errorf("create the migration certificate request: %w", err)
-	}
-	defer func() {
-		// Used or refused, the request is of no more use; the
-		// cluster's CSR cleaner removes what a failed delete leaves.
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer dcancel()
-		uid := created.UID
-		if err := csrs.Delete(dctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil {
-			klog.FromContext(ctx).Error(err, "Deleting the migration certificate request", "csr", created.Name)
-		}
-	}()
-	certPEM, err := csr.WaitForCertificate(ctx, cfg.Client, created.Name, created.UID)
-	if err != nil {
-		return nil, fmt.Errorf("migration certificate request %s: %w", created.Name, err)
-	}
-	m, err := migrationproxy.NewMaterialFromKey(bundle, certPEM, key)
-	if err != nil {
-		return nil, fmt.Errorf("migration certificate request %s: %w", created.Name, err)
+		return nil, fmt.Errorf("migration certificate request %s: %w", got.CSR, err)
 	}
 	if err := migrationca.CheckNodeCertificate(m.Leaf(), cfg.NodeName); err != nil {
-		return nil, fmt.Errorf("migration certificate request %s: %w", created.Name, err)
+		return nil, fmt.Errorf("migration certificate request %s: %w", got.CSR, err)
 	}
-	klog.FromContext(ctx).Info("Got the migration certificate", "csr", created.Name, "node", cfg.NodeName, "notAfter", m.Leaf().NotAfter)
+	klog.FromContext(ctx).Info("Got the migration certificate", "csr", got.CSR, "node", cfg.NodeName, "notAfter", m.Leaf().NotAfter)
 	return m, nil
 }

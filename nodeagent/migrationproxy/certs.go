@@ -133,3 +133,10 @@ func (m *Material) SecretData() map[string][]byte {
 
 // Leaf is the node's certificate.
 func (m *Material) Leaf() *x509.Certificate { return m.cert.Leaf }
+
+// TLSCertificate is the node's certificate and key, for a TLS server of
+// the node (the node agent's API) other than the proxy.
+func (m *Material) TLSCertificate() *tls.Certificate { return &m.cert }
+
+// CAPool is the trusted CA bundle.
+func (m *Material) CAPool() *x509.CertPool { return m.pool }

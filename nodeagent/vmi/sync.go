@@ -225,7 +225,9 @@ func (c *Controller) connect(ctx context.Context, st *launcherState, vmi *v1.Vir
 	}
 	launcherConnects.WithLabelValues("success").Inc()
 	launcherConnections.Inc()
+	st.mu.Lock() // CurrentLauncher reads them from other goroutines
 	st.ctx, st.cancel, st.client, st.info = dctx, cancel, client, info
+	st.mu.Unlock()
 	logger.Info("Connected to the launcher", "socket", sock, "pid", client.PeerPID(), "launcherVersion", info.GetLauncherVersion(),
 		"api", info.GetVersion())
 	c.verified(st, vmi, client)

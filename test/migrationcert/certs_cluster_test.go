@@ -240,6 +240,8 @@ func TestMigrationCertificates(t *testing.T) {
 		}
 	})
 
+	t.Run("kemu-api's client identity", func(t *testing.T) { testKemuAPIIdentity(ctx, t, c, admin, agentA) })
+
 	t.Run("an approval by someone else is not signed beyond the rules", func(t *testing.T) {
 		// An administrator approves node-a's agent's request for node-b
 		// before the signer decides: the signer marks it Failed.

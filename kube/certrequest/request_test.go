@@ -1,4 +1,4 @@
-package migrationcert
+package certrequest
 
 import (
 	"testing"
