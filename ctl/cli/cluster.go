@@ -112,5 +112,5 @@ func (c *Cluster) Clients() (*Clients, error) {
 // ConnectionHelp says in a command's help how it finds the cluster.
 const ConnectionHelp = `The cluster is kubectl's: the kubeconfig of --kubeconfig, else $KUBECONFIG,
 else ~/.kube/config (or the in-cluster config), with --context, --server,
---token and the other connection flags (kemuctl options) overriding it; the
+--token and the other connection flags ("Global Flags") overriding it; the
 namespace is -n, else the kubeconfig context's, else default.`
