@@ -98,9 +98,10 @@ func newVMIRequestCommand(c *cli.Cluster, r vmiRequest) *cobra.Command {
 		Long: r.long + `
 
 With --wait=false kemuctl returns once the request is recorded; --timeout bounds
-the wait (default ` + vmiWaitTimeout.String() + `). ` + cli.ConnectionHelp + `
-The exit status is 1 when the VMI cannot be ` + r.done + ` (not found, not running,
-timed out waiting, or the cluster not reached), 2 for a usage error.`,
+the wait (default ` + vmiWaitTimeout.String() + `). The exit status is 1 when the VMI cannot be ` + r.done + ` (not found, not running,
+timed out waiting, or the cluster not reached), 2 for a usage error.
+
+` + cli.ConnectionHelp,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.CompleteVMIs,
 		RunE: func(cmd *cobra.Command, args []string) error {
