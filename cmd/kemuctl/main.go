@@ -1,6 +1,8 @@
 // Command kemuctl is kemu's command-line tool: it validates and converts
 // manifests, runs VMs without a cluster and drives VMIs in one. This is
-// only its wiring: each command lives in a package under ctl/.
+// only its wiring: each command lives in a package under ctl/. Installed
+// as kubectl-kemu (and kubectl_complete-kemu) on $PATH, it is the kubectl
+// plugin kubectl kemu.
 package main
 
 import (
@@ -15,10 +17,16 @@ import (
 	"github.com/kemu-dev/kemu/ctl/verbs"
 )
 
-func newRootCommand() *cobra.Command {
-	return cli.Root(append([]*cobra.Command{manifests.NewValidateCommand(), manifests.NewConvertCommand(),
-		local.NewCommand(), shell.NewCommand(verbs.ShellThroughPod()), newVersionCommand()},
-		verbs.Commands()...)...)
+// newRootCommand is kemuctl presented as name (cli.DisplayName).
+func newRootCommand(name string) *cobra.Command {
+	c := cli.NewCluster()
+	return cli.Root(name, c, append([]*cobra.Command{manifests.NewValidateCommand(), manifests.NewConvertCommand(),
+		local.NewCommand(), shell.NewCommand(verbs.ShellThroughPod(c)), newVersionCommand(c)},
+		verbs.Commands(c)...)...)
 }
 
-func main() { os.Exit(cli.Execute(newRootCommand(), os.Stderr)) }
+func main() {
+	root := newRootCommand(cli.DisplayName(os.Args[0]))
+	root.SetArgs(cli.PluginArgs(os.Args[0], os.Args[1:]))
+	os.Exit(cli.Execute(root, os.Stderr))
+}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kemu-dev/kemu/ctl/cli"
 	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 )
 
@@ -11,7 +12,7 @@ import (
 // exit status main would use.
 func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	return clitest.Run(t, newRootCommand(), stdin, args...)
+	return clitest.Run(t, newRootCommand(cli.Name), stdin, args...)
 }
 
 // kemuctl shell VMI goes through the VMI's launcher Pod: it needs a cluster.

@@ -30,7 +30,7 @@ func TestExecute(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := &cobra.Command{Use: "x", Args: cobra.MaximumNArgs(1),
 				RunE: func(*cobra.Command, []string) error { return tc.err }}
-			root := Root(cmd)
+			root := Root(Name, NewCluster(), cmd)
 			root.SetArgs(append([]string{"x"}, tc.args...))
 			var out, errOut bytes.Buffer
 			root.SetOut(&out)

@@ -84,5 +84,5 @@ spec:
 // the exit status main would use.
 func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	return clitest.Run(t, cli.Root(NewCommand()), stdin, args...)
+	return clitest.Run(t, cli.Root(cli.Name, cli.NewCluster(), NewCommand()), stdin, args...)
 }

@@ -14,7 +14,7 @@ import (
 // stdout, stderr and the exit status main would use.
 func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	return clitest.Run(t, cli.Root(NewValidateCommand(), NewConvertCommand()), stdin, args...)
+	return clitest.Run(t, cli.Root(cli.Name, cli.NewCluster(), NewValidateCommand(), NewConvertCommand()), stdin, args...)
 }
 
 func TestValidateExamplesAndTestdata(t *testing.T) {

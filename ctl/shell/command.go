@@ -12,16 +12,21 @@ import (
 type ThroughPod struct {
 	// Socket is the launcher's socket as the Pod's container sees it.
 	Socket string
-	// Run runs kemuctl shell --socket Socket in the Pod of the VMI name,
-	// with -c commands when batch, and -o json when jsonOut.
-	Run func(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error
+	// Run runs kemuctl shell --socket Socket in the Pod of the VMI name
+	// (in the namespace of the connection flags), with -c commands when
+	// batch, and -o json when jsonOut.
+	Run func(cmd *cobra.Command, name, commands string, jsonOut, batch bool) error
+	// Complete completes the VMI name.
+	Complete cobra.CompletionFunc
 }
 
 // NewCommand is kemuctl shell; pod runs it through a VMI's launcher Pod.
 func NewCommand(pod ThroughPod) *cobra.Command {
-	var socket, commands, output, namespace, kubeconfig string
+	var socket, commands, output string
 	cmd := &cobra.Command{
-		Use:   "shell (--socket PATH | VMI [-n NAMESPACE] [--kubeconfig FILE])",
+		Use: "shell (--socket PATH | VMI)",
+		Example: `  kemuctl shell --socket /tmp/kemu-run-1234/launcher.sock
+  kemuctl shell myvmi -n myns -c 'status; stats'`,
 		Short: "Open a debug shell on a launcher's command server",
 		Long: `Open a debug shell on a launcher's command server (its unix socket; kemuctl run
 prints it as "launcher socket: PATH").
@@ -38,10 +43,14 @@ through the Kubernetes exec API: the user needs create on pods/exec) as
 with -c and -o passed on; stdin, stdout and stderr pass through and the exit
 status is the remote shell's (1 when the VMI's launcher cannot be reached).
 Without -c on a terminal, the remote shell gets a terminal too (line editing,
-completion, Ctrl-C). The cluster is the one of --kubeconfig, else $KUBECONFIG,
-else ~/.kube/config (or the in-cluster config); the namespace is -n, else the
-kubeconfig context's.`,
+completion, Ctrl-C). ` + cli.ConnectionHelp,
 		Args: cobra.MaximumNArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if socket != "" || pod.Complete == nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return pod.Complete(cmd, args, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			errOut := cmd.ErrOrStderr()
 			switch output {
@@ -55,7 +64,7 @@ kubeconfig context's.`,
 					fmt.Fprintln(errOut, "kemuctl shell: give either --socket PATH or a VMI name, not both")
 					return cli.ExitError{Code: 2}
 				}
-				return pod.Run(cmd, kubeconfig, namespace, args[0], commands, output == "json", cmd.Flags().Changed("command"))
+				return pod.Run(cmd, args[0], commands, output == "json", cmd.Flags().Changed("command"))
 			}
 			if socket == "" {
 				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
@@ -67,7 +76,5 @@ kubeconfig context's.`,
 	cmd.Flags().StringVar(&socket, "socket", "", "the launcher's command socket")
 	cmd.Flags().StringVarP(&commands, "command", "c", "", "run these commands (separated by ';') and exit")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with VMI: the VMI's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "with VMI: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	return cmd
 }

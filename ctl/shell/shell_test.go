@@ -473,8 +473,13 @@ func TestShellComplete(t *testing.T) {
 // newRoot is kemuctl with only the shell; shell VMI reports its arguments
 // instead of reaching a cluster (cmd/kemuctl tests the real one).
 func newRoot() *cobra.Command {
-	return cli.Root(NewCommand(ThroughPod{Socket: "/var/run/kemu/sockets/launcher.sock",
-		Run: func(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error {
+	c := cli.NewCluster()
+	return cli.Root(cli.Name, c, NewCommand(ThroughPod{Socket: "/var/run/kemu/sockets/launcher.sock",
+		Run: func(cmd *cobra.Command, name, commands string, jsonOut, batch bool) error {
+			namespace, err := c.Namespace()
+			if err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "through the Pod: %s/%s %q batch=%v json=%v\n", namespace, name, commands, batch, jsonOut)
 			return cli.ExitError{Code: 1}
 		}}))

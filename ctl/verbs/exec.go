@@ -24,7 +24,6 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
 
-	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/ctl/cli"
@@ -63,11 +62,11 @@ func remoteShellArgv(commands string, batch, jsonOut bool) []string {
 func remoteConsoleArgv() []string { return remoteShellArgv("console", true, false) }
 
 // NewConsoleCommand is kemuctl console.
-func NewConsoleCommand() *cobra.Command {
-	var namespace, kubeconfig string
-	cmd := &cobra.Command{
-		Use:   "console VMI [-n NAMESPACE] [--kubeconfig FILE]",
-		Short: "Attach to a VirtualMachineInstance's serial console",
+func NewConsoleCommand(c *cli.Cluster) *cobra.Command {
+	return &cobra.Command{
+		Use:     "console VMI",
+		Short:   "Attach to a VirtualMachineInstance's serial console",
+		Example: "  kemuctl console myvmi -n myns",
 		Long: `console attaches the terminal to the guest's serial console: it runs
 ` + "`kemuctl shell --socket " + RemoteSocket + " -c console`" + ` in the
 VMI's launcher Pod (container ` + launcherpod.ComputeContainer + `) through the Kubernetes exec API (the user
@@ -75,18 +74,15 @@ needs create on pods/exec) and passes stdin and stdout through. On a terminal,
 stdin is put in raw mode and Ctrl-] leaves; from a pipe, the console is left
 once the input ended and the guest's output is quiet.
 
-The cluster is the one of --kubeconfig, else $KUBECONFIG, else ~/.kube/config
-(or the in-cluster config); the namespace is -n, else the kubeconfig context's.
+` + cli.ConnectionHelp + `
 The exit status is 1 when the console cannot be reached (the VMI not found, not
 running, no launcher Pod), the remote kemuctl's otherwise; 2 for a usage error.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.CompleteVMIs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runVMIConsole(cmd, kubeconfig, namespace, args[0])
+			return runVMIConsole(cmd, c, args[0])
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the VMI's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	return cmd
 }
 
 // vmiTarget is a VMI's launcher Pod, reachable with exec.
@@ -101,19 +97,13 @@ type vmiTarget struct {
 // findLauncher finds a VMI's launcher Pod and checks that exec can reach
 // its compute container. needGuest also asks for the VMI to be Running (the
 // console needs a guest; the shell also helps before and after boot).
-func findLauncher(ctx context.Context, kubeconfig, namespace, name string, needGuest bool) (*vmiTarget, error) {
-	cfg, ns, err := kubeConfig(kubeconfig, namespace)
+func findLauncher(ctx context.Context, c *cli.Cluster, name string, needGuest bool) (*vmiTarget, error) {
+	cl, err := c.Clients()
 	if err != nil {
 		return nil, err
 	}
-	t := &vmiTarget{cfg: cfg, ref: fmt.Sprintf("VMI %s/%s", ns, name)}
-	kemu, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if t.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
+	ns, kemu := cl.Namespace, cl.Kemu
+	t := &vmiTarget{cfg: cl.Config, kube: cl.Kube, ref: fmt.Sprintf("VMI %s/%s", ns, name)}
 	ctx, cancel := context.WithTimeout(ctx, vmOpTimeout)
 	defer cancel()
 	t.vmi, err = kemu.KemuV1alpha1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
@@ -236,9 +226,9 @@ func (t *vmiTarget) execResult(verb string, errOut io.Writer, err error) error {
 	return cli.ExitError{Code: 1}
 }
 
-func runVMIConsole(cmd *cobra.Command, kubeconfig, namespace, name string) error {
+func runVMIConsole(cmd *cobra.Command, c *cli.Cluster, name string) error {
 	errOut := cmd.ErrOrStderr()
-	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, true)
+	t, err := findLauncher(cmd.Context(), c, name, true)
 	if err != nil {
 		fmt.Fprintf(errOut, "kemuctl console: %v\n", err)
 		return cli.ExitError{Code: 1}
@@ -309,9 +299,9 @@ func (e *escapeReader) wasEscaped() bool {
 
 // RunShell is kemuctl shell VMI: the shell runs in the launcher Pod, on
 // a terminal there when this one is interactive on one.
-func RunShell(cmd *cobra.Command, kubeconfig, namespace, name, commands string, jsonOut, batch bool) error {
+func RunShell(cmd *cobra.Command, c *cli.Cluster, name, commands string, jsonOut, batch bool) error {
 	errOut := cmd.ErrOrStderr()
-	t, err := findLauncher(cmd.Context(), kubeconfig, namespace, name, false)
+	t, err := findLauncher(cmd.Context(), c, name, false)
 	if err != nil {
 		fmt.Fprintf(errOut, "kemuctl shell: %v\n", err)
 		return cli.ExitError{Code: 1}
@@ -382,12 +372,22 @@ func (s *termSizes) stop() {
 	close(s.done)
 }
 
-// ShellThroughPod is kemuctl shell VMI as the shell command takes it.
-func ShellThroughPod() shell.ThroughPod { return shell.ThroughPod{Socket: RemoteSocket, Run: RunShell} }
+// ShellThroughPod is kemuctl shell VMI as the shell command takes it, on
+// the cluster c.
+func ShellThroughPod(c *cli.Cluster) shell.ThroughPod {
+	return shell.ThroughPod{
+		Socket: RemoteSocket,
+		Run: func(cmd *cobra.Command, name, commands string, jsonOut, batch bool) error {
+			return RunShell(cmd, c, name, commands, jsonOut, batch)
+		},
+		Complete: c.CompleteVMIs,
+	}
+}
 
-// Commands are kemuctl's verbs on a cluster, but shell VMI (ShellThroughPod).
-func Commands() []*cobra.Command {
-	return []*cobra.Command{NewStartCommand(), NewStopCommand(), NewRestartCommand(),
-		NewPauseCommand(), NewUnpauseCommand(), NewSoftRebootCommand(), NewConsoleCommand(),
-		NewMigrateCommand(), NewMigrateCancelCommand()}
+// Commands are kemuctl's verbs on the cluster c, but shell VMI
+// (ShellThroughPod).
+func Commands(c *cli.Cluster) []*cobra.Command {
+	return []*cobra.Command{NewStartCommand(c), NewStopCommand(c), NewRestartCommand(c),
+		NewPauseCommand(c), NewUnpauseCommand(c), NewSoftRebootCommand(c), NewConsoleCommand(c),
+		NewMigrateCommand(c), NewMigrateCancelCommand(c)}
 }

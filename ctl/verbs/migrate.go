@@ -28,32 +28,33 @@ const (
 )
 
 // NewMigrateCommand is kemuctl migrate.
-func NewMigrateCommand() *cobra.Command {
-	var namespace, kubeconfig string
+func NewMigrateCommand(c *cli.Cluster) *cobra.Command {
 	var waitDone bool
 	timeout := migrateWaitTimeout
 	cmd := &cobra.Command{
-		Use:   "migrate VMI [-n NAMESPACE] [--kubeconfig FILE] [--wait] [--timeout DURATION]",
-		Short: "Live-migrate a running VirtualMachineInstance to another node",
+		Use:     "migrate VMI [--wait] [--timeout DURATION]",
+		Short:   "Live-migrate a running VirtualMachineInstance to another node",
+		Example: "  kemuctl migrate myvmi -n myns --wait",
 		Long: `migrate creates a VirtualMachineInstanceMigration for the VMI (as virtctl
 migrate does) and prints its name. With --wait it follows the migration: each
 phase, the data transferred and remaining while memory moves, and at the end the
 node the VMI runs on, the total time and the guest's downtime; the exit status
 is 1 when the migration fails (its reason is printed) or --timeout (default
 ` + migrateWaitTimeout.String() + `) passes first — the migration itself goes on then; kemuctl
-migrate-cancel stops it. The cluster is the one of --kubeconfig, else
-$KUBECONFIG, else ~/.kube/config (or the in-cluster config); the namespace is
--n, else the kubeconfig context's. Exit status 2 for a usage error.`,
-		Args: cobra.ExactArgs(1),
+migrate-cancel stops it. Exit status 2 for a usage error.
+
+` + cli.ConnectionHelp,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.CompleteVMIs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			errOut := cmd.ErrOrStderr()
 			if timeout <= 0 {
 				fmt.Fprintf(errOut, "kemuctl migrate: --timeout %s: want a positive duration\n", timeout)
 				return cli.ExitError{Code: 2}
 			}
-			cs, ns, err := clusterClient(kubeconfig, namespace)
+			cl, err := c.Clients()
 			if err == nil {
-				err = migrate(cmd.Context(), cmd.OutOrStdout(), cs, ns, args[0], waitDone, timeout)
+				err = migrate(cmd.Context(), cmd.OutOrStdout(), cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
 			}
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl migrate: %v\n", err)
@@ -62,21 +63,19 @@ $KUBECONFIG, else ~/.kube/config (or the in-cluster config); the namespace is
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the VMI's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().BoolVar(&waitDone, "wait", false, "follow the migration until it succeeds or fails")
 	cmd.Flags().DurationVar(&timeout, "timeout", migrateWaitTimeout, "how long --wait waits")
 	return cmd
 }
 
 // NewMigrateCancelCommand is kemuctl migrate-cancel.
-func NewMigrateCancelCommand() *cobra.Command {
-	var namespace, kubeconfig string
+func NewMigrateCancelCommand(c *cli.Cluster) *cobra.Command {
 	waitDone := true
 	timeout := vmiWaitTimeout
 	cmd := &cobra.Command{
-		Use:   "migrate-cancel VMI [-n NAMESPACE] [--kubeconfig FILE] [--wait=false] [--timeout DURATION]",
-		Short: "Cancel the live migration of a VirtualMachineInstance",
+		Use:     "migrate-cancel VMI [--wait=false] [--timeout DURATION]",
+		Short:   "Cancel the live migration of a VirtualMachineInstance",
+		Example: "  kemuctl migrate-cancel myvmi -n myns",
 		Long: `migrate-cancel deletes the VMI's unfinished VirtualMachineInstanceMigration (as
 virtctl migrate-cancel does): before the target is ready the controller deletes
 the target Pod; while memory moves the source's node agent aborts the migration
@@ -84,17 +83,20 @@ and the guest keeps running where it was. A migration that switched to
 post-copy cannot be canceled. kemuctl waits until the migration object is gone
 (--wait=false: returns at once; --timeout, default ` + vmiWaitTimeout.String() + `) and prints the outcome.
 Exit status 1 when the VMI has no migration to cancel, the abort failed or the
-wait timed out; 2 for a usage error.`,
-		Args: cobra.ExactArgs(1),
+wait timed out; 2 for a usage error.
+
+` + cli.ConnectionHelp,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.CompleteVMIs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			errOut := cmd.ErrOrStderr()
 			if timeout <= 0 {
 				fmt.Fprintf(errOut, "kemuctl migrate-cancel: --timeout %s: want a positive duration\n", timeout)
 				return cli.ExitError{Code: 2}
 			}
-			cs, ns, err := clusterClient(kubeconfig, namespace)
+			cl, err := c.Clients()
 			if err == nil {
-				err = migrateCancel(cmd.Context(), cmd.OutOrStdout(), cs, ns, args[0], waitDone, timeout)
+				err = migrateCancel(cmd.Context(), cmd.OutOrStdout(), cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
 			}
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl migrate-cancel: %v\n", err)
@@ -103,8 +105,6 @@ wait timed out; 2 for a usage error.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the VMI's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().BoolVar(&waitDone, "wait", true, "wait until the migration is canceled")
 	cmd.Flags().DurationVar(&timeout, "timeout", vmiWaitTimeout, "how long to wait")
 	return cmd

@@ -28,8 +28,8 @@ const vmOpTimeout = 30 * time.Second
 type vmOp func(ctx context.Context, cs versioned.Interface, ns, name string) (string, error)
 
 // NewStartCommand is kemuctl start.
-func NewStartCommand() *cobra.Command {
-	return newVMCommand("start", "Start a VirtualMachine", `start asks the VM controller to start the VM's VMI:
+func NewStartCommand(c *cli.Cluster) *cobra.Command {
+	return newVMCommand(c, "start", "Start a VirtualMachine", `start asks the VM controller to start the VM's VMI:
 runStrategy Halted becomes Always; Manual and RerunOnFailure get a Start request
 (a Manual VM whose VMI ended is restarted). A VM with runStrategy Always or Once
 is started by the controller itself, so start refuses it, as it refuses a VM
@@ -37,40 +37,41 @@ that runs already.`, startVM)
 }
 
 // NewStopCommand is kemuctl stop.
-func NewStopCommand() *cobra.Command {
-	return newVMCommand("stop", "Stop a VirtualMachine", `stop stops the VM's VMI: runStrategy Always, RerunOnFailure and Once become
+func NewStopCommand(c *cli.Cluster) *cobra.Command {
+	return newVMCommand(c, "stop", "Stop a VirtualMachine", `stop stops the VM's VMI: runStrategy Always, RerunOnFailure and Once become
 Halted (the controller deletes the VMI, which powers the guest off within its
 terminationGracePeriodSeconds); for Manual the VMI is deleted directly and the
 VM stays Manual.`, stopVM)
 }
 
 // NewRestartCommand is kemuctl restart.
-func NewRestartCommand() *cobra.Command {
-	return newVMCommand("restart", "Restart a VirtualMachine", `restart replaces a running VM's VMI by a new one: it queues a Stop of the
+func NewRestartCommand(c *cli.Cluster) *cobra.Command {
+	return newVMCommand(c, "restart", "Restart a VirtualMachine", `restart replaces a running VM's VMI by a new one: it queues a Stop of the
 current VMI and a Start, then deletes the VMI; the VM controller creates the new
 one once the old one is gone. For runStrategy Always, RerunOnFailure and Manual;
 a Halted VM is started with kemuctl start, and Once runs only once.`, restartVM)
 }
 
-func newVMCommand(verb, short, long string, op vmOp) *cobra.Command {
-	var namespace, kubeconfig string
+func newVMCommand(c *cli.Cluster, verb, short, long string, op vmOp) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   verb + " VM [-n NAMESPACE] [--kubeconfig FILE]",
-		Short: short,
+		Use:     verb + " VM",
+		Short:   short,
+		Example: "  kemuctl " + verb + " myvm -n myns",
 		Long: long + `
 
-The cluster is the one of --kubeconfig, else $KUBECONFIG, else ~/.kube/config
-(or the in-cluster config); the namespace is -n, else the kubeconfig context's.
+` + cli.ConnectionHelp + `
 The exit status is 1 when the VM cannot be ` + verb + `ed (or the cluster not
 reached), 2 for a usage error.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.CompleteVMs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			errOut := cmd.ErrOrStderr()
-			cs, ns, err := clusterClient(kubeconfig, namespace)
+			cl, err := c.Clients()
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", verb, err)
 				return cli.ExitError{Code: 1}
 			}
+			cs, ns := cl.Kemu, cl.Namespace
 			ctx, cancel := context.WithTimeout(cmd.Context(), vmOpTimeout)
 			defer cancel()
 			msg, err := op(ctx, cs, ns, args[0])
@@ -87,22 +88,7 @@ reached), 2 for a usage error.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the VM's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	return cmd
-}
-
-// clusterClient returns a kemu client and the namespace to use.
-func clusterClient(kubeconfig, namespace string) (versioned.Interface, string, error) {
-	cfg, ns, err := kubeConfig(kubeconfig, namespace)
-	if err != nil {
-		return nil, "", err
-	}
-	cs, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	return cs, ns, nil
 }
 
 // conflictError: the VM changed since it was read.

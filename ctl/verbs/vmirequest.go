@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
@@ -49,8 +47,8 @@ type vmiRequest struct {
 type vmiDoneFunc func(vmi *v1.VirtualMachineInstance) (bool, string)
 
 // NewPauseCommand is kemuctl pause.
-func NewPauseCommand() *cobra.Command {
-	return newVMIRequestCommand(vmiRequest{
+func NewPauseCommand(c *cli.Cluster) *cobra.Command {
+	return newVMIRequestCommand(c, vmiRequest{
 		verb:  "pause",
 		short: "Pause a running VirtualMachineInstance",
 		long: `pause stops the guest's vCPUs: it sets the VMI's annotation kemu.dev/paused
@@ -63,8 +61,8 @@ error, as in KubeVirt.`,
 }
 
 // NewUnpauseCommand is kemuctl unpause.
-func NewUnpauseCommand() *cobra.Command {
-	return newVMIRequestCommand(vmiRequest{
+func NewUnpauseCommand(c *cli.Cluster) *cobra.Command {
+	return newVMIRequestCommand(c, vmiRequest{
 		verb:  "unpause",
 		short: "Unpause a paused VirtualMachineInstance",
 		long: `unpause resumes a paused guest: it removes the VMI's annotation
@@ -77,8 +75,8 @@ True. Unpausing a VMI that is not paused is an error, as in KubeVirt.`,
 }
 
 // NewSoftRebootCommand is kemuctl soft-reboot.
-func NewSoftRebootCommand() *cobra.Command {
-	return newVMIRequestCommand(vmiRequest{
+func NewSoftRebootCommand(c *cli.Cluster) *cobra.Command {
+	return newVMIRequestCommand(c, vmiRequest{
 		verb:  "soft-reboot",
 		short: "Soft-reboot a running VirtualMachineInstance",
 		long: `soft-reboot asks the guest to reboot (through its guest agent, else by ACPI): it
@@ -90,39 +88,34 @@ A paused VMI cannot be soft-rebooted, as in KubeVirt.`,
 	})
 }
 
-func newVMIRequestCommand(r vmiRequest) *cobra.Command {
-	var namespace, kubeconfig string
+func newVMIRequestCommand(c *cli.Cluster, r vmiRequest) *cobra.Command {
 	waitDone := true
 	timeout := vmiWaitTimeout
 	cmd := &cobra.Command{
-		Use:   r.verb + " VMI [-n NAMESPACE] [--kubeconfig FILE] [--wait=false] [--timeout DURATION]",
-		Short: r.short,
+		Use:     r.verb + " VMI [--wait=false] [--timeout DURATION]",
+		Short:   r.short,
+		Example: "  kemuctl " + r.verb + " myvmi -n myns",
 		Long: r.long + `
 
 With --wait=false kemuctl returns once the request is recorded; --timeout bounds
-the wait (default ` + vmiWaitTimeout.String() + `). The cluster is the one of --kubeconfig, else
-$KUBECONFIG, else ~/.kube/config (or the in-cluster config); the namespace is -n,
-else the kubeconfig context's. The exit status is 1 when the VMI cannot be
-` + r.done + ` (not found, not running, timed out waiting, or the cluster not
-reached), 2 for a usage error.`,
-		Args: cobra.ExactArgs(1),
+the wait (default ` + vmiWaitTimeout.String() + `). The exit status is 1 when the VMI cannot be ` + r.done + ` (not found, not running,
+timed out waiting, or the cluster not reached), 2 for a usage error.
+
+` + cli.ConnectionHelp,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.CompleteVMIs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			errOut := cmd.ErrOrStderr()
 			if timeout <= 0 {
 				fmt.Fprintf(errOut, "kemuctl %s: --timeout %s: want a positive duration\n", r.verb, timeout)
 				return cli.ExitError{Code: 2}
 			}
-			cfg, ns, err := kubeConfig(kubeconfig, namespace)
+			cl, err := c.Clients()
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
 				return cli.ExitError{Code: 1}
 			}
-			cs, err := versioned.NewForConfig(cfg)
-			if err != nil {
-				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
-				return cli.ExitError{Code: 1}
-			}
-			msg, err := r.run(cmd.Context(), cs, ns, args[0], waitDone, timeout)
+			msg, err := r.run(cmd.Context(), cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
 				return cli.ExitError{Code: 1}
@@ -131,8 +124,6 @@ reached), 2 for a usage error.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the VMI's namespace (default: the kubeconfig context's)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().BoolVar(&waitDone, "wait", true, "wait until the node agent reports the request done")
 	cmd.Flags().DurationVar(&timeout, "timeout", vmiWaitTimeout, "how long to wait")
 	return cmd
@@ -325,24 +316,4 @@ func planSoftReboot(vmi *v1.VirtualMachineInstance, ref string, now time.Time) (
 		}
 		return false, fmt.Sprintf("%s is %q, not %q", v1.VMISoftRebootDoneAnnotation, got, value)
 	}, nil
-}
-
-// kubeConfig returns the client config and namespace to use: those of
-// kubeconfig, else $KUBECONFIG, else ~/.kube/config (or in-cluster), and
-// namespace, else the context's.
-func kubeConfig(kubeconfig, namespace string) (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	overrides := &clientcmd.ConfigOverrides{}
-	overrides.Context.Namespace = namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	return cfg, ns, nil
 }

@@ -333,7 +333,8 @@ func TestLauncherCheck(t *testing.T) {
 
 // newRoot is kemuctl with its cluster verbs and shell.
 func newRoot() *cobra.Command {
-	return cli.Root(append(Commands(), shell.NewCommand(ShellThroughPod()))...)
+	c := cli.NewCluster()
+	return cli.Root(cli.Name, c, append(Commands(c), shell.NewCommand(ShellThroughPod(c)))...)
 }
 
 // run executes kemuctl's cluster verbs and shell with args and stdin,
