@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -158,7 +159,13 @@ func (c *Client) Get(ctx context.Context, vmi *v1.VirtualMachineInstance, verb s
 // same meaning.
 func replyError(resp *http.Response, vmi *v1.VirtualMachineInstance) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	msg := fmt.Sprintf("node agent on %s: %s", vmi.Status.NodeName, strings.TrimSpace(string(body)))
+	text := strings.TrimSpace(string(body))
+	// The node agent answers errors with a metav1.Status.
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
+		text = st.Message
+	}
+	msg := fmt.Sprintf("node agent on %s: %s", vmi.Status.NodeName, text)
 	gr := schema.GroupResource{Group: v1.GroupName, Resource: "virtualmachineinstances"}
 	switch resp.StatusCode {
 	case http.StatusNotFound:
@@ -167,6 +174,10 @@ func replyError(resp *http.Response, vmi *v1.VirtualMachineInstance) error {
 		return apierrors.NewConflict(gr, vmi.Name, fmt.Errorf("%s", msg))
 	case http.StatusServiceUnavailable:
 		return apierrors.NewServiceUnavailable(msg)
+	case http.StatusGatewayTimeout:
+		return apierrors.NewTimeoutError(msg, 1)
+	case http.StatusBadRequest, http.StatusUpgradeRequired:
+		return apierrors.NewBadRequest(msg)
 	case http.StatusTooManyRequests:
 		return apierrors.NewTooManyRequests(msg, 1)
 	default:

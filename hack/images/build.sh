@@ -3,6 +3,7 @@
 #
 #   kemu-launcher.oci.tar    kemu.local/kemu-launcher:$VERSION   (and :latest)
 #   kemu-controller.oci.tar  kemu.local/kemu-controller:$VERSION (and :latest)
+#   kemu-api.oci.tar         kemu.local/kemu-api:$VERSION (and :latest)
 #   kemu-nodeagent.oci.tar   kemu.local/kemu-nodeagent:$VERSION  (and :latest)
 #
 # Skipped when up to date: the stamp _out/images/.stamp hashes every input —
@@ -34,7 +35,7 @@ STAMP_KEY=$(
 		find hack/images -type f | LC_ALL=C sort | xargs sha256sum
 	} | sha256sum | awk '{ print $1 }'
 )
-ARCHIVES=(kemu-launcher.oci.tar kemu-controller.oci.tar kemu-nodeagent.oci.tar)
+ARCHIVES=(kemu-launcher.oci.tar kemu-controller.oci.tar kemu-api.oci.tar kemu-nodeagent.oci.tar)
 
 up_to_date() {
 	[[ ${IMAGES_FORCE:-0} != 1 ]] || return 1

@@ -172,7 +172,7 @@ func TestKemuImages(t *testing.T) {
 	src := sourcesHash(t)
 	out := buildKemu(t, "t1")
 	ls := map[string]layout{}
-	for _, name := range []string{"kemu-launcher", "kemu-controller", "kemu-nodeagent"} {
+	for _, name := range kemuImages {
 		l := readLayout(t, filepath.Join(out, name+".oci.tar"))
 		ls[name] = l
 		want := []string{"kemu.local/" + name + ":t1", "kemu.local/" + name + ":latest"}
@@ -182,8 +182,10 @@ func TestKemuImages(t *testing.T) {
 	}
 	// The launcher and the node agent share base + qemu; the controller base.
 	la, na, co := ls["kemu-launcher"].manifest.Layers, ls["kemu-nodeagent"].manifest.Layers, ls["kemu-controller"].manifest.Layers
-	if len(la) != 3 || len(na) != 3 || len(co) != 2 || la[0].Digest != na[0].Digest || la[1].Digest != na[1].Digest || co[0].Digest != la[0].Digest {
-		t.Errorf("layers not shared as planned: launcher %v nodeagent %v controller %v", la, na, co)
+	ap := ls["kemu-api"].manifest.Layers
+	if len(la) != 3 || len(na) != 3 || len(co) != 2 || len(ap) != 2 || la[0].Digest != na[0].Digest || la[1].Digest != na[1].Digest ||
+		co[0].Digest != la[0].Digest || ap[0].Digest != la[0].Digest {
+		t.Errorf("layers not shared as planned: launcher %v nodeagent %v controller %v api %v", la, na, co, ap)
 	}
 
 	type run struct {
@@ -202,6 +204,9 @@ func TestKemuImages(t *testing.T) {
 		},
 		"kemu-controller": {
 			{[]string{"kemu-controller", "--help"}, 2, "-launcher-image"},
+		},
+		"kemu-api": {
+			{[]string{"kemu-api", "--version"}, 0, "kemu-api t1"},
 		},
 		"kemu-nodeagent": {
 			{[]string{"kemu-nodeagent", "--help"}, 2, "-probe-kernel"},
@@ -272,7 +277,7 @@ func TestKemuImages(t *testing.T) {
 		// Other work may edit Go files meanwhile: then only the layers made
 		// from host files (base, qemu) must match.
 		same := sourcesHash(t) == src
-		for _, name := range []string{"kemu-launcher", "kemu-controller", "kemu-nodeagent"} {
+		for _, name := range kemuImages {
 			a, b := ls[name], readLayout(t, filepath.Join(out2, name+".oci.tar"))
 			if same {
 				x, err := os.ReadFile(filepath.Join(out, name+".oci.tar"))
@@ -346,7 +351,7 @@ func BenchmarkImages(b *testing.B) {
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(build.Seconds(), "s")
 	})
-	for _, name := range []string{"kemu-launcher", "kemu-controller", "kemu-nodeagent"} {
+	for _, name := range kemuImages {
 		st, err := os.Stat(filepath.Join(out, name+".oci.tar"))
 		if err != nil {
 			b.Fatal(err)

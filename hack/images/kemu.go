@@ -40,7 +40,11 @@ const (
 	LauncherRepo   = "kemu.local/kemu-launcher"
 	ControllerRepo = "kemu.local/kemu-controller"
 	NodeagentRepo  = "kemu.local/kemu-nodeagent"
+	APIRepo        = "kemu.local/kemu-api"
 )
+
+// kemuImages are the images buildKemu writes (<name>.oci.tar).
+var kemuImages = []string{"kemu-launcher", "kemu-controller", "kemu-api", "kemu-nodeagent"}
 
 // Where things sit in the images (the launcher Pod template and the node
 // agent's defaults expect these paths).
@@ -115,7 +119,7 @@ func runKemu(out, version, testguest string, ts time.Time) error {
 	defer os.RemoveAll(tmp)
 
 	// Go binaries, static (no cgo anywhere in kemu: these run without a libc).
-	bins := []string{"kemu-launcher", "kemu-copy", "kemuctl", "kemu-controller", "kemu-nodeagent"}
+	bins := []string{"kemu-launcher", "kemu-copy", "kemuctl", "kemu-controller", "kemu-nodeagent", "kemu-api"}
 	for _, b := range bins {
 		if err := goBuild(filepath.Join(tmp, b), "github.com/kemu-dev/kemu/cmd/"+b, version); err != nil {
 			return err
@@ -157,6 +161,7 @@ func runKemu(out, version, testguest string, ts time.Time) error {
 	}
 	launcherL := &layerSpec{name: "launcher", files: bin("kemu-launcher", "kemu-copy", "kemuctl")}
 	controllerL := &layerSpec{name: "controller", files: bin("kemu-controller")}
+	apiL := &layerSpec{name: "api", files: bin("kemu-api")}
 	nodeagentL := &layerSpec{name: "nodeagent", files: append(bin("kemu-nodeagent"),
 		file{kernel, probeKernel, 0o644}, file{initrd, probeInitrd, 0o644})}
 	refs := func(repo string) []string { return []string{repo + ":" + version, repo + ":latest"} }
@@ -165,6 +170,8 @@ func runKemu(out, version, testguest string, ts time.Time) error {
 			entrypoint: []string{"/usr/bin/kemu-launcher"}, env: []string{imagePATH}, labels: labels},
 		{name: "kemu-controller", refs: refs(ControllerRepo), layers: []*layerSpec{base, controllerL},
 			entrypoint: []string{"/usr/bin/kemu-controller"}, env: []string{imagePATH}, labels: labels, user: "65532:65532"},
+		{name: "kemu-api", refs: refs(APIRepo), layers: []*layerSpec{base, apiL},
+			entrypoint: []string{"/usr/bin/kemu-api"}, env: []string{imagePATH}, labels: labels, user: "65532:65532"},
 		{name: "kemu-nodeagent", refs: refs(NodeagentRepo), layers: []*layerSpec{base, qemu, nodeagentL},
 			entrypoint: []string{"/usr/bin/kemu-nodeagent"}, env: []string{imagePATH}, labels: labels},
 	}

@@ -10,6 +10,7 @@
 //
 //	OUT/kemu-launcher.oci.tar    kemu.local/kemu-launcher:VERSION (and :latest)    kemu-launcher, kemu-copy, kemuctl, QEMU
 //	OUT/kemu-controller.oci.tar  kemu.local/kemu-controller:VERSION (and :latest)  kemu-controller
+//	OUT/kemu-api.oci.tar         kemu.local/kemu-api:VERSION (and :latest)         kemu-api
 //	OUT/kemu-nodeagent.oci.tar   kemu.local/kemu-nodeagent:VERSION (and :latest)   kemu-nodeagent, QEMU, the KVM probe guest
 //
 // -set all builds both.
@@ -79,7 +80,7 @@ type imageSpec struct {
 
 func main() {
 	out := flag.String("out", "", "output directory")
-	set := flag.String("set", "test", "images to build: test (pause, busybox), kemu (launcher, controller, nodeagent) or all")
+	set := flag.String("set", "test", "images to build: test (pause, busybox), kemu (launcher, controller, api, nodeagent) or all")
 	busybox := flag.String("busybox", "/bin/busybox", "a static busybox (Debian: busybox-static)")
 	epoch := flag.Int64("epoch", 946684800, "timestamp (seconds since the epoch) for every file and config")
 	version := flag.String("version", "dev", "kemu images: the tag and the binaries' version (-X main.version)")

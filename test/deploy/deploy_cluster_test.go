@@ -99,8 +99,8 @@ func TestDeploy(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	for _, a := range []string{"kemu-launcher.oci.tar", "kemu-controller.oci.tar", "kemu-nodeagent.oci.tar"} {
-		if err := c.ImportImage(ctx, filepath.Join(imgDir, a)); err != nil {
+	for _, img := range deploytest.Images {
+		if err := c.ImportImage(ctx, filepath.Join(imgDir, deploytest.Archive(img))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,8 +108,11 @@ func TestDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	list, _ := c.Ctr(ctx, "images", "ls", "-q")
-	for _, want := range []string{"kemu.local/kemu-launcher:" + version, "kemu.local/kemu-launcher:latest",
-		"kemu.local/kemu-controller:" + version, "kemu.local/kemu-nodeagent:" + version, containerDiskImage} {
+	wantImages := []string{"kemu.local/kemu-launcher:latest", containerDiskImage}
+	for _, img := range deploytest.Images {
+		wantImages = append(wantImages, "kemu.local/"+img+":"+version)
+	}
+	for _, want := range wantImages {
 		if !strings.Contains(list, want+"\n") {
 			t.Fatalf("containerd has no %s after the import:\n%s", want, list)
 		}

@@ -15,6 +15,13 @@ import (
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
+// Images are kemu's images as make images writes them
+// (_out/images/<name>.oci.tar, kemu.local/<name>), each in deploy/.
+var Images = []string{"kemu-launcher", "kemu-controller", "kemu-api", "kemu-nodeagent"}
+
+// Archive is image's OCI archive's file name.
+func Archive(image string) string { return image + ".oci.tar" }
+
 // Config is what the overlay changes beyond the images; zero fields keep
 // deploy/'s values.
 type Config struct {
@@ -26,7 +33,7 @@ type Config struct {
 }
 
 // Overlay writes dir/kustomization.yaml over <repo root>/deploy. tag, when
-// not "", retags the three kemu images (kustomize images:, which also
+// not "", retags kemu's Images (kustomize images:, which also
 // rewrites the launcher image in kemu-config).
 func Overlay(dir, tag string, cfg Config) error {
 	root, err := cluster.RepoRoot()
@@ -39,14 +46,10 @@ func Overlay(dir, tag string, cfg Config) error {
 	}
 	images := ""
 	if tag != "" {
-		images = fmt.Sprintf(`images:
-  - name: kemu.local/kemu-controller
-    newTag: %[1]q
-  - name: kemu.local/kemu-nodeagent
-    newTag: %[1]q
-  - name: kemu.local/kemu-launcher
-    newTag: %[1]q
-`, tag)
+		images = "images:\n"
+		for _, img := range Images {
+			images += fmt.Sprintf("  - name: kemu.local/%s\n    newTag: %q\n", img, tag)
+		}
 	}
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization

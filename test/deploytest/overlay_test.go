@@ -31,8 +31,8 @@ func TestOverlayQuotesTag(t *testing.T) {
 			if err := yaml.Unmarshal(b, &k); err != nil {
 				t.Fatalf("kustomization.yaml: %v", err)
 			}
-			if len(k.Images) != 3 {
-				t.Fatalf("images: %d entries, want 3", len(k.Images))
+			if len(k.Images) != len(Images) {
+				t.Fatalf("images: %d entries, want %d", len(k.Images), len(Images))
 			}
 			for _, im := range k.Images {
 				if im.NewTag != tag {

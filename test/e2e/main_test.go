@@ -21,6 +21,7 @@ import (
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/api/launcherpod"
+	"github.com/kemu-dev/kemu/api/subresources"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/test/cluster"
 	"github.com/kemu-dev/kemu/test/deploytest"
@@ -101,6 +102,7 @@ func need(tb testing.TB) *env {
 func checkArtefacts(root string) error {
 	var errs []error
 	for _, a := range []struct{ path, how string }{
+		{"_out/images/" + deploytest.Archive("kemu-api"), "make images"},
 		{"_out/images/kemu-launcher.oci.tar", "make images"},
 		{"_out/images/kemu-controller.oci.tar", "make images"},
 		{"_out/images/kemu-nodeagent.oci.tar", "make images"},
@@ -173,19 +175,24 @@ func setup(ctx context.Context) (*env, error) {
 	}
 
 	t0 := time.Now()
-	for _, a := range []string{"_out/images/kemu-launcher.oci.tar", "_out/images/kemu-controller.oci.tar", "_out/images/kemu-nodeagent.oci.tar",
-		"_out/testguest/oci/containerdisk.docker.tar", "_out/testguest/oci/kernelboot.docker.tar"} {
+	archives := []string{"_out/testguest/oci/containerdisk.docker.tar", "_out/testguest/oci/kernelboot.docker.tar"}
+	wantImages := []string{containerDiskImage, kernelBootImage}
+	for _, img := range deploytest.Images {
+		archives = append(archives, "_out/images/"+deploytest.Archive(img))
+		wantImages = append(wantImages, "kemu.local/"+img+":latest")
+	}
+	for _, a := range archives {
 		if err := c.ImportImage(ctx, filepath.Join(root, a)); err != nil {
 			return ev, err
 		}
 	}
 	list, _ := c.Ctr(ctx, "images", "ls", "-q")
-	for _, want := range []string{"kemu.local/kemu-launcher:latest", "kemu.local/kemu-controller:latest", "kemu.local/kemu-nodeagent:latest", containerDiskImage, kernelBootImage} {
+	for _, want := range wantImages {
 		if !strings.Contains(list, want+"\n") {
 			return ev, fmt.Errorf("containerd has no %s after the import (run: make images, make testguest):\n%s", want, list)
 		}
 	}
-	logf("5 images imported in %s", time.Since(t0).Round(time.Millisecond))
+	logf("%d images imported in %s", len(archives), time.Since(t0).Round(time.Millisecond))
 
 	if err := ev.writeOverlay(); err != nil {
 		return ev, err
@@ -210,6 +217,10 @@ func setup(ctx context.Context) (*env, error) {
 		return ev, err
 	}
 	logf("controller Deployment Available %s after apply", time.Since(t0).Round(time.Millisecond))
+	if err := ev.waitKemuAPI(ctx); err != nil {
+		return ev, err
+	}
+	logf("kemu-api serves %s and its webhooks answer, %s after apply", subresources.GroupVersion, time.Since(t0).Round(time.Millisecond))
 	err = poll(ctx, 500*time.Millisecond, func() error {
 		ds, err := ev.kube.AppsV1().DaemonSets(kemuNS).Get(ctx, "kemu-nodeagent", metav1.GetOptions{})
 		if err != nil {
@@ -368,4 +379,31 @@ func poll(ctx context.Context, interval time.Duration, f func() error) error {
 		case <-time.After(interval):
 		}
 	}
+}
+
+// waitKemuAPI waits until kemu-api's replicas are ready, kube-apiserver
+// serves subresources.kemu.dev through it (its CA bundle is in the
+// APIService) and its webhooks answer a server-side dry run of a create.
+func (ev *env) waitKemuAPI(ctx context.Context) error {
+	probe := &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kemu-api-probe"},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Domain:  v1.DomainSpec{Devices: v1.Devices{Disks: []v1.Disk{{Name: "root"}}}},
+			Volumes: []v1.Volume{{Name: "root", ContainerDisk: &v1.ContainerDiskSource{Image: containerDiskImage}}},
+		},
+	}
+	return poll(ctx, 500*time.Millisecond, func() error {
+		d, err := ev.kube.AppsV1().Deployments(kemuNS).Get(ctx, "kemu-api", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Spec.Replicas == nil || d.Status.ReadyReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("kemu-api Deployment not ready: %+v", d.Status)
+		}
+		if _, err := ev.kube.Discovery().ServerResourcesForGroupVersion(subresources.GroupVersion); err != nil {
+			return fmt.Errorf("discovery of %s: %w", subresources.GroupVersion, err)
+		}
+		_, err = ev.kemu.KemuV1alpha1().VirtualMachineInstances(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 }

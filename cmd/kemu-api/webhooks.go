@@ -1,0 +1,15 @@
+package main
+
+import (
+	"net/http"
+
+	"github.com/kemu-dev/kemu/apiserver/admission"
+)
+
+// webhookPaths are the admission paths (not authorized: kube-apiserver
+// calls webhooks without credentials).
+func webhookPaths() []string { return admission.Paths }
+
+func webhookHandlers(namespace string) map[string]http.Handler {
+	return admission.Handlers(admission.Config{Namespace: namespace})
+}
