@@ -60,7 +60,7 @@ section launcher "Launcher: start latency (exec -> running, excluding guest boot
 	go test -tags qemu -run '^$' -bench 'Start|LauncherRSS' -benchtime 10x -timeout 20m ./launcher/
 section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, VMIs Scheduling (real etcd + kube-apiserver; restart=true replaces the controller halfway)" \
 	go test -tags cluster -run '^$' -bench BenchmarkBurst200 -benchtime 1x -timeout 20m ./controller/vmi/
-section images "Images: make images (kemu-launcher, kemu-controller, kemu-nodeagent as OCI archives, warm Go build cache); compressed and unpacked sizes" \
+section images "Images: make images (kemu-launcher, kemu-controller, kemu-api, kemu-nodeagent as OCI archives, warm Go build cache); compressed and unpacked sizes" \
 	go test -tags qemu -run '^$' -bench Images -benchtime 1x -timeout 20m ./hack/images/
 section cluster "Test cluster: control plane + N nodes (each in its own namespaces) from warm binaries: start, idle RSS, stop; 1 node vs 2 nodes" \
 	go test -tags cluster -run '^$' -bench BenchmarkNodes -benchtime 3x -timeout 20m ./test/cluster/
@@ -70,6 +70,8 @@ section migration "Migration: idle 256 MiB guest between two launchers over unix
 bash hack/images/build.sh >/dev/null
 section e2e "End to end: VMI create -> Running on a real node (kubelet, containerd, kemu deployed with kubectl apply -k; TCG), 1 VMI alone and a burst of 10" \
 	go test -tags 'cluster qemu' -run '^$' -bench CreateToRunning -benchtime 1x -timeout 30m ./test/e2e/
+section e2e-api "End to end: kemu-api — the webhooks' cost on a VMI create (100 server-side dry-run creates with and without them, p50/p95), console round trip (50 keystrokes echoed by a shell on the guest's serial console through kube-apiserver, kemu-api, the node agent, the launcher; p50/p95; TCG)" \
+	go test -tags 'cluster qemu' -run '^$' -bench BenchmarkKemuAPI -benchtime 1x -timeout 30m ./test/e2e/
 section e2e-migration "End to end: create VirtualMachineInstanceMigration -> Succeeded, an idle 128Mi guest between the two nodes (kemu deployed with kubectl apply -k; TCG), median of 5; QEMU's total and downtime; API writes per migration" \
 	go test -tags 'cluster qemu' -run '^$' -bench BenchmarkMigration -benchtime 5x -timeout 30m ./test/e2e/
 echo "[bench] figures written to $doc"

@@ -24,44 +24,11 @@ import (
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/apiserver/admission"
+	"github.com/kemu-dev/kemu/apiserver/admission/admissiontest"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
 const ns = "tenant"
-
-// badVMIs are api/validation's bad cases as manifests, with the field paths
-// kube-apiserver must name for each (the webhook's, or the CRD rule's where
-// the schema refuses first).
-var badVMIs = []struct {
-	name, spec string
-	paths      []string
-}{
-	{"disk without a volume", `
-  domain:
-    memory: {guest: 128Mi}
-    devices:
-      disks: [{name: root}, {name: orphan}]
-  volumes: [{name: root, containerDisk: {image: example/os:1}}]`, []string{"spec.domain.devices.disks"}},
-	{"memory below 32Mi and a bad boot order", `
-  domain:
-    memory: {guest: 16Mi}
-    devices:
-      disks: [{name: root, bootOrder: 0}]
-  volumes: [{name: root, containerDisk: {image: example/os:1}}]`, []string{"spec.domain.memory.guest", "spec.domain.devices.disks[0].bootOrder"}},
-	{"every webhook error", `
-  domain:
-    memory: {guest: 128Mi}
-    machine: {type: pc-q35-1.0}
-    cpu: {model: help}
-    devices:
-      disks: [{name: root, cdrom: {bus: virtio}}, {name: two, bootOrder: 1}, {name: three, bootOrder: 1}]
-  volumes:
-  - {name: root, containerDisk: {image: example/os:1}}
-  - {name: two, emptyDisk: {capacity: 1Gi}}
-  - {name: three, cloudInitNoCloud: {userDataBase64: "!!"}}`, []string{
-		"spec.domain.machine.type", "spec.domain.cpu.model", "spec.domain.devices.disks[0].cdrom.bus",
-		"spec.domain.devices.disks[2].bootOrder", "spec.volumes[2].cloudInitNoCloud.userDataBase64"}},
-}
 
 func vmiManifest(name, spec string) string {
 	return "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: " + name + "\n  namespace: " + ns + "\nspec:" + spec + "\n"
@@ -146,21 +113,21 @@ func TestAdmissionOnKubeAPIServer(t *testing.T) {
 	})
 
 	t.Run("bad manifests are refused naming every field path", func(t *testing.T) {
-		for _, tt := range badVMIs {
-			doc := vmiManifest("bad", tt.spec)
+		for _, tt := range admissiontest.BadVMIs {
+			doc := vmiManifest("bad", tt.Spec)
 			docs, err := manifest.Read(strings.NewReader(doc))
 			if err != nil || len(docs) != 1 || len(docs[0].Errors) == 0 {
-				t.Fatalf("%s: kemu's validation does not refuse it: %v %+v", tt.name, err, docs)
+				t.Fatalf("%s: kemu's validation does not refuse it: %v %+v", tt.Name, err, docs)
 			}
 			for _, dry := range [][]string{nil, {"--dry-run=server"}} {
 				_, stderr, err := c.KubectlInput(doc, append([]string{"apply", "-f", "-"}, dry...)...)
 				if err == nil {
-					t.Errorf("%s %v: accepted", tt.name, dry)
+					t.Errorf("%s %v: accepted", tt.Name, dry)
 					continue
 				}
-				for _, p := range tt.paths {
+				for _, p := range tt.Paths {
 					if !strings.Contains(stderr, p) {
-						t.Errorf("%s %v: %s not named in\n%s", tt.name, dry, p, stderr)
+						t.Errorf("%s %v: %s not named in\n%s", tt.Name, dry, p, stderr)
 					}
 				}
 			}
@@ -254,19 +221,19 @@ func TestAdmissionOnKubeAPIServer(t *testing.T) {
 			_, stderr, err := c.KubectlInput(vmiManifest("nowebhook", goodSpec), "apply", "--dry-run=server", "-f", "-")
 			return err == nil, stderr
 		})
-		for _, tt := range badVMIs[:2] {
-			_, stderr, err := c.KubectlInput(vmiManifest("bad", tt.spec), "apply", "-f", "-")
+		for _, tt := range admissiontest.BadVMIs[:2] {
+			_, stderr, err := c.KubectlInput(vmiManifest("bad", tt.Spec), "apply", "-f", "-")
 			if err == nil {
-				t.Errorf("%s: accepted", tt.name)
+				t.Errorf("%s: accepted", tt.Name)
 				continue
 			}
-			for _, p := range tt.paths {
+			for _, p := range tt.Paths {
 				if !strings.Contains(stderr, p) {
-					t.Errorf("%s: %s not named in\n%s", tt.name, p, stderr)
+					t.Errorf("%s: %s not named in\n%s", tt.Name, p, stderr)
 				}
 			}
 		}
-		_, stderr, err := c.KubectlInput(vmiManifest("bad", badVMIs[0].spec), "apply", "-f", "-")
+		_, stderr, err := c.KubectlInput(vmiManifest("bad", admissiontest.BadVMIs[0].Spec), "apply", "-f", "-")
 		if err == nil || !strings.Contains(stderr, "every disk attaches a volume of its name") {
 			t.Errorf("err %v: %s", err, stderr)
 		}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/launcher/rpc"
@@ -138,7 +139,7 @@ func TestDeploy(t *testing.T) {
 	// On failure: what the kemu Pods said.
 	defer func() {
 		if t.Failed() {
-			for _, l := range []string{"app.kubernetes.io/name=kemu-controller", "app.kubernetes.io/name=kemu-nodeagent", "kemu.dev/app=launcher"} {
+			for _, l := range []string{"app.kubernetes.io/name=kemu-controller", "app.kubernetes.io/name=kemu-nodeagent", "app.kubernetes.io/name=kemu-api", "kemu.dev/app=launcher"} {
 				out, _, _ := c.Kubectl("logs", "-A", "-l", l, "--all-containers", "--tail=40", "--prefix")
 				t.Logf("logs of %s:\n%s", l, out)
 			}
@@ -189,6 +190,18 @@ func TestDeploy(t *testing.T) {
 		if got := cm.Data["launcherImage"]; got != "kemu.local/kemu-launcher:"+version {
 			t.Errorf("kemu-config launcherImage %q: kustomize images: did not retag it", got)
 		}
+	})
+
+	t.Run("kemu-api serves", func(t *testing.T) {
+		t0 := time.Now()
+		kemu, err := versioned.NewForConfig(c.RESTConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := deploytest.WaitKemuAPI(ctx, cs, kemu, ns, "default", containerDiskImage); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kemu-api Available, its APIService served and its webhooks answering %s after the controller", time.Since(t0).Round(time.Millisecond))
 	})
 
 	t.Run("nodeagent Ready, node schedulable", func(t *testing.T) {
@@ -265,6 +278,16 @@ func TestDeploy(t *testing.T) {
 			{"kemu-nodeagent", "patch", "virtualmachineinstances.kemu.dev", true},
 			{"kemu-nodeagent", "get", "secrets", false},
 			{"kemu-nodeagent", "create", "leases.coordination.k8s.io", false},
+			{"kemu-api", "patch", "virtualmachineinstances.kemu.dev", true},
+			{"kemu-api", "update", "virtualmachines.kemu.dev/status", true},
+			{"kemu-api", "create", "virtualmachineinstancemigrations.kemu.dev", true},
+			{"kemu-api", "update", "virtualmachineinstances.kemu.dev/status", false},
+			{"kemu-api", "create", "pods", false},
+			{"kemu-api", "create", "pods/exec", false},
+			{"kemu-api", "get", "secrets", false},
+			{"kemu-api", "list", "pods", true},
+			{"kemu-api", "create", "tokenreviews.authentication.k8s.io", true},
+			{"kemu-api", "create", "subjectaccessreviews.authorization.k8s.io", true},
 		}
 		for _, ck := range checks {
 			args := []string{"auth", "can-i", ck.verb, ck.resource, "-n", ns, "--as=system:serviceaccount:" + ns + ":" + ck.sa}
@@ -278,7 +301,7 @@ func TestDeploy(t *testing.T) {
 			}
 		}
 		// Nothing the running components did was refused.
-		for _, l := range []string{"app.kubernetes.io/name=kemu-controller", "app.kubernetes.io/name=kemu-nodeagent"} {
+		for _, l := range []string{"app.kubernetes.io/name=kemu-controller", "app.kubernetes.io/name=kemu-nodeagent", "app.kubernetes.io/name=kemu-api"} {
 			out, _, err := c.Kubectl("-n", ns, "logs", "-l", l, "--tail=-1")
 			if err != nil {
 				t.Fatal(err)

@@ -483,8 +483,19 @@ type console struct {
 
 func (ev *env) startConsole(t testing.TB, name string) *console {
 	t.Helper()
+	return ev.startConsoleWith(t, name, "-n", ns, "--kubeconfig", ev.c.Kubeconfig)
+}
+
+// startConsoleAs is startConsole as user u.
+func (ev *env) startConsoleAs(t testing.TB, name string, u user) *console {
+	t.Helper()
+	return ev.startConsoleWith(t, name, u.flags...)
+}
+
+func (ev *env) startConsoleWith(t testing.TB, name string, flags ...string) *console {
+	t.Helper()
 	c := &console{done: make(chan error, 1)}
-	c.cmd = exec.Command(ev.kemuctl, "console", name, "-n", ns, "--kubeconfig", ev.c.Kubeconfig)
+	c.cmd = exec.Command(ev.kemuctl, append([]string{"console", name}, flags...)...)
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 	var err error
 	// An open stdin that never sends: the console keeps streaming.

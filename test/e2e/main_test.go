@@ -381,29 +381,7 @@ func poll(ctx context.Context, interval time.Duration, f func() error) error {
 	}
 }
 
-// waitKemuAPI waits until kemu-api's replicas are ready, kube-apiserver
-// serves subresources.kemu.dev through it (its CA bundle is in the
-// APIService) and its webhooks answer a server-side dry run of a create.
+// waitKemuAPI waits until kemu-api serves and its webhooks answer.
 func (ev *env) waitKemuAPI(ctx context.Context) error {
-	probe := &v1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kemu-api-probe"},
-		Spec: v1.VirtualMachineInstanceSpec{
-			Domain:  v1.DomainSpec{Devices: v1.Devices{Disks: []v1.Disk{{Name: "root"}}}},
-			Volumes: []v1.Volume{{Name: "root", ContainerDisk: &v1.ContainerDiskSource{Image: containerDiskImage}}},
-		},
-	}
-	return poll(ctx, 500*time.Millisecond, func() error {
-		d, err := ev.kube.AppsV1().Deployments(kemuNS).Get(ctx, "kemu-api", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if d.Spec.Replicas == nil || d.Status.ReadyReplicas != *d.Spec.Replicas {
-			return fmt.Errorf("kemu-api Deployment not ready: %+v", d.Status)
-		}
-		if _, err := ev.kube.Discovery().ServerResourcesForGroupVersion(subresources.GroupVersion); err != nil {
-			return fmt.Errorf("discovery of %s: %w", subresources.GroupVersion, err)
-		}
-		_, err = ev.kemu.KemuV1alpha1().VirtualMachineInstances(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err
-	})
+	return deploytest.WaitKemuAPI(ctx, ev.kube, ev.kemu, kemuNS, ns, containerDiskImage)
 }
