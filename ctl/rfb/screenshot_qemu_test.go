@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
 
@@ -86,6 +88,26 @@ func TestScreenshotThroughLauncher(t *testing.T) {
 	}
 	if r, err := c.Sync(ctx, &rpc.SyncRequest{VmiJson: vmi}); err != nil || r.Domain.State != rpc.DomainState_Running {
 		t.Fatalf("sync: %v %v", r, err)
+	}
+
+	// QEMU's VNC socket is QEMU's (107:107, group-only) in the runtime
+	// directory only root and QEMU's group enter, like its other sockets.
+	for _, f := range []struct {
+		path     string
+		uid, gid uint32
+		perm     os.FileMode
+	}{
+		{filepath.Join(base, "run"), 0, unpriv.GID, 0o770},
+		{filepath.Join(base, "run", launcher.VNCSocketName), unpriv.UID, unpriv.GID, 0o770},
+	} {
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != f.uid || st.Gid != f.gid || fi.Mode().Perm() != f.perm {
+			t.Errorf("%s: %d:%d %v, want %d:%d %v", f.path, st.Uid, st.Gid, fi.Mode().Perm(), f.uid, f.gid, f.perm)
+		}
 	}
 
 	// The screen is black until the firmware writes to it, and changes
