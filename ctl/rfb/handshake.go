@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 )
 
@@ -232,10 +234,14 @@ func watch(ctx context.Context, conn net.Conn) func() {
 	}
 }
 
-// ctxErr names ctx's end as the cause when it interrupted err.
+// ctxErr names ctx's end as the cause when it interrupted err. The conn's
+// deadline is ctx's (watch), and may fire just before ctx's own timer.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	}
+	if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
 	}
 	return err
 }
