@@ -40,6 +40,7 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 		QMPDebug:   filepath.Join(l.cfg.Dir, "qmp-debug.sock"),
 		Serial:     filepath.Join(l.cfg.Dir, "serial.sock"),
 		GuestAgent: filepath.Join(l.cfg.Dir, "qga.sock"),
+		VNC:        filepath.Join(l.cfg.Dir, VNCSocketName),
 	}
 	facts := cmdline.Facts{Binary: l.cfg.QEMU, Accel: l.accel, OVMF: cmdline.FindOVMF()}
 	if _, err := os.Stat("/dev/vhost-net"); err == nil {

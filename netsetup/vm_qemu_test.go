@@ -63,7 +63,7 @@ func boot(t *testing.T, vmi *v1.VirtualMachineInstance, r *Result) *guestVM {
 	in := cmdline.Input{
 		VMI:    vmi,
 		Facts:  cmdline.Facts{Binary: qemuBinary, Accel: cmdline.AccelTCG},
-		Paths:  cmdline.Paths{QMP: filepath.Join(dir, "qmp.sock"), Serial: filepath.Join(dir, "serial.sock"), GuestAgent: filepath.Join(dir, "qga.sock")},
+		Paths:  cmdline.Paths{QMP: filepath.Join(dir, "qmp.sock"), Serial: filepath.Join(dir, "serial.sock"), GuestAgent: filepath.Join(dir, "qga.sock"), VNC: filepath.Join(dir, "vnc.sock")},
 		Drives: map[string]cmdline.Drive{},
 		Kernel: &cmdline.KernelBoot{Kernel: art.Kernel, Initrd: art.Initrd},
 	}

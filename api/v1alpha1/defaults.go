@@ -124,6 +124,11 @@ func setDomainDefaults(d *DomainSpec, namespace, name string) {
 		kb.Container.ImagePullPolicy = DefaultPullPolicy(kb.Container.Image)
 	}
 
+	if d.Devices.AutoattachGraphicsDevice == nil {
+		on := true
+		d.Devices.AutoattachGraphicsDevice = &on
+	}
+
 	if d.Features == nil {
 		d.Features = &Features{}
 	}

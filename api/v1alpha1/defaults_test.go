@@ -34,6 +34,9 @@ func TestSetVirtualMachineInstanceDefaults(t *testing.T) {
 				if !*d.Features.ACPI.Enabled {
 					t.Error("acpi off")
 				}
+				if g := d.Devices.AutoattachGraphicsDevice; g == nil || !*g {
+					t.Errorf("autoattachGraphicsDevice %v, want true", g)
+				}
 				if d.Firmware.UUID != DeriveFirmwareUUID("ns", "vm") {
 					t.Errorf("uuid %q", d.Firmware.UUID)
 				}
@@ -42,6 +45,15 @@ func TestSetVirtualMachineInstanceDefaults(t *testing.T) {
 				}
 				if len(d.Devices.Interfaces) != 1 || d.Devices.Interfaces[0].Masquerade == nil || d.Devices.Interfaces[0].Model != "virtio" {
 					t.Errorf("interfaces %+v", d.Devices.Interfaces)
+				}
+			},
+		},
+		{
+			name: "autoattachGraphicsDevice false is kept",
+			in:   VirtualMachineInstanceSpec{Domain: DomainSpec{Devices: Devices{AutoattachGraphicsDevice: new(bool)}}},
+			check: func(t *testing.T, s *VirtualMachineInstanceSpec) {
+				if g := s.Domain.Devices.AutoattachGraphicsDevice; g == nil || *g {
+					t.Errorf("autoattachGraphicsDevice %v, want false", g)
 				}
 			},
 		},

@@ -321,27 +321,30 @@ type Devices struct {
 	// Rng adds a virtio-rng device fed by the host's /dev/urandom.
 	// +optional
 	Rng *Rng `json:"rng,omitempty"`
+	// AutoattachGraphicsDevice adds a VGA device and a VNC server, reached
+	// through the launcher (default true; false = no graphics).
+	// +optional
+	AutoattachGraphicsDevice *bool `json:"autoattachGraphicsDevice,omitempty"`
 	// NetworkInterfaceMultiqueue gives each virtio interface on a tap one
 	// queue per vCPU (at most 8; netsetup.MaxQueues).
 	// +optional
 	NetworkInterfaceMultiqueue *bool `json:"networkInterfaceMultiqueue,omitempty"`
 
-	UseVirtioTransitional    *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
-	DisableHotplug           *UnsupportedBool `json:"disableHotplug,omitempty"`
-	Watchdog                 *Unsupported     `json:"watchdog,omitempty"`
-	Inputs                   UnsupportedList  `json:"inputs,omitempty"`
-	AutoattachGraphicsDevice *UnsupportedBool `json:"autoattachGraphicsDevice,omitempty"`
-	AutoattachInputDevice    *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
-	AutoattachVSOCK          *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
-	BlockMultiQueue          *UnsupportedBool `json:"blockMultiQueue,omitempty"`
-	GPUs                     UnsupportedList  `json:"gpus,omitempty"`
-	DownwardMetrics          *Unsupported     `json:"downwardMetrics,omitempty"`
-	Filesystems              UnsupportedList  `json:"filesystems,omitempty"`
-	HostDevices              UnsupportedList  `json:"hostDevices,omitempty"`
-	ClientPassthrough        *Unsupported     `json:"clientPassthrough,omitempty"`
-	Sound                    *Unsupported     `json:"sound,omitempty"`
-	TPM                      *Unsupported     `json:"tpm,omitempty"`
-	LogSerialConsole         *UnsupportedBool `json:"logSerialConsole,omitempty"`
+	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
+	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
+	Watchdog              *Unsupported     `json:"watchdog,omitempty"`
+	Inputs                UnsupportedList  `json:"inputs,omitempty"`
+	AutoattachInputDevice *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
+	AutoattachVSOCK       *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
+	BlockMultiQueue       *UnsupportedBool `json:"blockMultiQueue,omitempty"`
+	GPUs                  UnsupportedList  `json:"gpus,omitempty"`
+	DownwardMetrics       *Unsupported     `json:"downwardMetrics,omitempty"`
+	Filesystems           UnsupportedList  `json:"filesystems,omitempty"`
+	HostDevices           UnsupportedList  `json:"hostDevices,omitempty"`
+	ClientPassthrough     *Unsupported     `json:"clientPassthrough,omitempty"`
+	Sound                 *Unsupported     `json:"sound,omitempty"`
+	TPM                   *Unsupported     `json:"tpm,omitempty"`
+	LogSerialConsole      *UnsupportedBool `json:"logSerialConsole,omitempty"`
 }
 
 // Rng is a virtio random number generator.

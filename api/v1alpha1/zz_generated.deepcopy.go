@@ -225,6 +225,11 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 		*out = new(Rng)
 		**out = **in
 	}
+	if in.AutoattachGraphicsDevice != nil {
+		in, out := &in.AutoattachGraphicsDevice, &out.AutoattachGraphicsDevice
+		*out = new(bool)
+		**out = **in
+	}
 	if in.NetworkInterfaceMultiqueue != nil {
 		in, out := &in.NetworkInterfaceMultiqueue, &out.NetworkInterfaceMultiqueue
 		*out = new(bool)
@@ -251,11 +256,6 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
-	}
-	if in.AutoattachGraphicsDevice != nil {
-		in, out := &in.AutoattachGraphicsDevice, &out.AutoattachGraphicsDevice
-		*out = new(UnsupportedBool)
-		(*in).DeepCopyInto(*out)
 	}
 	if in.AutoattachInputDevice != nil {
 		in, out := &in.AutoattachInputDevice, &out.AutoattachInputDevice

@@ -304,20 +304,28 @@ var qemuRefusals = []struct {
 		want: []string{"Invalid value spec.volumes[0].emptyDisk.capacity"},
 	},
 	{
-		name:   "30 PCI devices (27 virtio disks, a NIC, virtio-serial, balloon)",
-		mutate: func(vmi *v1.VirtualMachineInstance) { virtioDisks(vmi, 25) },
+		name:   "30 PCI devices (26 virtio disks, a NIC, virtio-serial, balloon, VGA)",
+		mutate: func(vmi *v1.VirtualMachineInstance) { virtioDisks(vmi, 24) },
 	},
 	{
 		name:   "31 PCI devices",
-		mutate: func(vmi *v1.VirtualMachineInstance) { virtioDisks(vmi, 25); vmi.Spec.Domain.Devices.Rng = &v1.Rng{} },
+		mutate: func(vmi *v1.VirtualMachineInstance) { virtioDisks(vmi, 24); vmi.Spec.Domain.Devices.Rng = &v1.Rng{} },
 		want:   []string{"Invalid value spec.domain.devices"},
 	},
 	{
 		name: "31 PCI devices less the balloon",
 		mutate: func(vmi *v1.VirtualMachineInstance) {
-			virtioDisks(vmi, 25)
+			virtioDisks(vmi, 24)
 			vmi.Spec.Domain.Devices.Rng = &v1.Rng{}
 			vmi.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false)
+		},
+	},
+	{
+		name: "31 PCI devices less the VGA device",
+		mutate: func(vmi *v1.VirtualMachineInstance) {
+			virtioDisks(vmi, 24)
+			vmi.Spec.Domain.Devices.Rng = &v1.Rng{}
+			vmi.Spec.Domain.Devices.AutoattachGraphicsDevice = ptr(false)
 		},
 	},
 	{

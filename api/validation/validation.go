@@ -740,7 +740,8 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 // pciSlots counts the PCI devices launcher/cmdline adds: one per virtio
 // disk and per interface, the virtio-scsi controller when there are SCSI
 // disks, the virtio-serial controller of the guest agent channel (always),
-// the RNG and the balloon when asked for.
+// the RNG, the balloon and the VGA device (autoattachGraphicsDevice) when
+// asked for.
 func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
 	n := virtio + len(d.Interfaces) + 1
 	if scsi > 0 {
@@ -752,11 +753,14 @@ func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
 	if d.AutoattachMemBalloon == nil || *d.AutoattachMemBalloon {
 		n++
 	}
+	if d.AutoattachGraphicsDevice == nil || *d.AutoattachGraphicsDevice {
+		n++
+	}
 	if n <= PCIRootSlots {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(p, fmt.Sprintf("%d PCI devices", n), fmt.Sprintf(
-		"%d virtio disks and %d interfaces need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon): "+
+		"%d virtio disks and %d interfaces need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon, VGA): "+
 			"QEMU's root bus has %d; put disks on scsi", virtio, len(d.Interfaces), n, PCIRootSlots))}
 }
 

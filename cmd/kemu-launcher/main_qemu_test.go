@@ -123,6 +123,24 @@ spec:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// With only KILL and NET_ADMIN left, the launcher still reaches QEMU's
+	// VNC socket (group-only, as QEMU's other sockets) through QEMU's group.
+	vnc, err := c.Vnc(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var greeting []byte
+	for len(greeting) < 12 {
+		m, err := vnc.Recv()
+		if err != nil {
+			t.Fatalf("vnc: %v (so far %q)", err, greeting)
+		}
+		greeting = append(greeting, m.Data...)
+	}
+	if string(greeting) != "RFB 003.008\n" {
+		t.Errorf("vnc greeting %q", greeting)
+	}
+	vnc.CloseSend()
 	con, err := c.Console(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"bufio"
+	"fmt"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +105,21 @@ func TestShellAgainstKemuctlRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "run", "qmp-debug.sock")); !os.IsNotExist(err) {
 		t.Errorf("the debug QMP socket exists without --allow-raw-qmp: %v", err)
+	}
+
+	// The guest's screen through the launcher's VNC stream (graphics is on
+	// by default), as a PNG.
+	shot := filepath.Join(t.TempDir(), "screen.png")
+	if text, err := shell("screenshot " + shot); err != nil || !strings.Contains(text, shot+": ") {
+		t.Errorf("screenshot: %v\n%s", err, text)
+	} else if f, err := os.Open(shot); err != nil {
+		t.Error(err)
+	} else {
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil || img.Bounds().Dx() == 0 || !strings.Contains(text, fmt.Sprintf("%dx%d", img.Bounds().Dx(), img.Bounds().Dy())) {
+			t.Errorf("screenshot %s: %v (%s)", shot, err, text)
+		}
 	}
 
 	// kill ends QEMU and so kemuctl run.

@@ -21,13 +21,16 @@ import (
 //   - page tables / host mappings of guest RAM: guest memory / 512 (KubeVirt's
 //     page-table term);
 //   - EFI firmware: 8 MiB (QEMU maps OVMF_CODE_4M, 3.5 MiB, and the 528 KiB
-//     variable store as pflash).
+//     variable store as pflash);
+//   - the graphics device (autoattachGraphicsDevice, default on): 16 MiB,
+//     the VGA device's video memory (KubeVirt's figure for it).
 const (
 	LauncherOverheadBytes     = 16 << 20
 	QEMUBaseOverheadBytes     = 64 << 20
 	TCGOverheadBytes          = 64 << 20
 	PerExtraVCPUOverheadBytes = 8 << 20
 	EFIOverheadBytes          = 8 << 20
+	GraphicsOverheadBytes     = 16 << 20
 	// GuestPageTableDivisor: guest memory / GuestPageTableDivisor is added.
 	GuestPageTableDivisor = 512
 )
@@ -71,6 +74,9 @@ func Overhead(vmi *v1.VirtualMachineInstance, kvm bool) *resource.Quantity {
 	b += GuestMemory(vmi) / GuestPageTableDivisor
 	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil {
 		b += EFIOverheadBytes
+	}
+	if g := vmi.Spec.Domain.Devices.AutoattachGraphicsDevice; g == nil || *g {
+		b += GraphicsOverheadBytes
 	}
 	const mi = 1 << 20
 	b = (b + mi - 1) / mi * mi

@@ -42,20 +42,27 @@ func TestOverhead(t *testing.T) {
 		kvm  bool
 		want int64 // MiB
 	}{
-		// 16 launcher + 64 QEMU + 64 TCG + 256/512 → 144.5 → 145.
-		{"tcg-256Mi", vmi("256Mi", nil), false, 145},
-		{"kvm-256Mi", vmi("256Mi", nil), true, 81},
+		// 16 launcher + 64 QEMU + 64 TCG + 256/512 + 16 graphics → 160.5 → 161.
+		{"tcg-256Mi", vmi("256Mi", nil), false, 161},
+		{"kvm-256Mi", vmi("256Mi", nil), true, 97},
+		// Without the graphics device: 16 MiB less.
+		{"tcg-256Mi-no-graphics", vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.AutoattachGraphicsDevice = new(bool)
+		}), false, 145},
+		{"kvm-256Mi-no-graphics", vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.AutoattachGraphicsDevice = new(bool)
+		}), true, 81},
 		// 1 GiB guest: +2 MiB page tables.
-		{"kvm-1Gi", vmi("1Gi", nil), true, 82},
+		{"kvm-1Gi", vmi("1Gi", nil), true, 98},
 		// 4 vCPUs: 3 × 8 MiB more.
 		{"kvm-4vcpu", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.CPU = &v1.CPU{Sockets: 1, Cores: 2, Threads: 2}
-		}), true, 82 + 24},
+		}), true, 98 + 24},
 		{"kvm-efi", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{}}}
-		}), true, 82 + 8},
+		}), true, 98 + 8},
 		// 16 GiB: 32 MiB of page tables.
-		{"tcg-16Gi", vmi("16Gi", nil), false, 144 + 32},
+		{"tcg-16Gi", vmi("16Gi", nil), false, 160 + 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Overhead(tc.vmi, tc.kvm)
@@ -112,9 +119,9 @@ func TestRender(t *testing.T) {
 			if c.Name != launcherpod.ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
 			}
-			// 256 MiB guest + 145 MiB TCG overhead; default CPU; tun for the default masquerade interface.
+			// 256 MiB guest + 161 MiB TCG overhead (with graphics); default CPU; tun for the default masquerade interface.
 			r := c.Resources
-			if m := r.Requests[corev1.ResourceMemory]; m.Value() != (256+145)*mi {
+			if m := r.Requests[corev1.ResourceMemory]; m.Value() != (256+161)*mi {
 				t.Errorf("memory request %s", &m)
 			}
 			if _, ok := r.Limits[corev1.ResourceMemory]; ok {
@@ -182,10 +189,10 @@ func TestRender(t *testing.T) {
 			x.Spec.Domain.Memory.Guest = nil // from the limit
 		})}, func(t *testing.T, pod *corev1.Pod) {
 			r := pod.Spec.Containers[0].Resources
-			if m := r.Requests[corev1.ResourceMemory]; m.Value() != 2048*mi+84*mi {
+			if m := r.Requests[corev1.ResourceMemory]; m.Value() != 2048*mi+100*mi { // 84 MiB + 16 MiB graphics
 				t.Errorf("memory request %s", &m)
 			}
-			if m := r.Limits[corev1.ResourceMemory]; m.Value() != 2048*mi+84*mi {
+			if m := r.Limits[corev1.ResourceMemory]; m.Value() != 2048*mi+100*mi { // 84 MiB + 16 MiB graphics
 				t.Errorf("memory limit %s", &m)
 			}
 			if cpu := r.Requests[corev1.ResourceCPU]; cpu.Cmp(q("2")) != 0 {

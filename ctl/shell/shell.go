@@ -195,6 +195,7 @@ func shellCommands() []shellCommand {
 		{"agent", "ping|info", "talk to the guest agent", (*shell).agent},
 		{"events", "", "follow state changes and QMP events until Ctrl-C", (*shell).events},
 		{"console", "", "attach the serial console (Ctrl-] leaves)", (*shell).console},
+		{"screenshot", "FILE", "save the guest's screen as a PNG (through the launcher's VNC stream)", (*shell).screenshot},
 		{"qmp", "<command> [json args]", "send one QMP command, e.g. qmp query-status", (*shell).qmp},
 		{"help", "", "this list", (*shell).help},
 		{"exit", "", "leave the shell (also quit, Ctrl-D)", nil},

@@ -210,7 +210,7 @@ func (f *fakeLauncher) Console(stream grpc.BidiStreamingServer[rpc.ConsoleInput,
 }
 
 // startFake serves f on a unix socket and returns the socket's path.
-func startFake(t *testing.T, f *fakeLauncher) string {
+func startFake(t *testing.T, f rpc.LauncherServer) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kemush-") // short: unix socket paths are limited
 	if err != nil {

@@ -63,7 +63,8 @@ func (e *qemuEnv) facts(accel string) Facts {
 
 func (e *qemuEnv) paths() Paths {
 	return Paths{QMP: filepath.Join(e.dir, "qmp.sock"), QMPDebug: filepath.Join(e.dir, "qmp-debug.sock"),
-		Serial: filepath.Join(e.dir, "serial.sock"), GuestAgent: filepath.Join(e.dir, "qga.sock")}
+		Serial: filepath.Join(e.dir, "serial.sock"), GuestAgent: filepath.Join(e.dir, "qga.sock"),
+		VNC: filepath.Join(e.dir, "vnc.sock")}
 }
 
 func (e *qemuEnv) socket(_ testing.TB, name string) string { return filepath.Join(e.dir, name) }
@@ -369,6 +370,28 @@ func checkQMP(ctx context.Context, t *testing.T, mon *qmp.Monitor, in Input) {
 	_, err := mon.QueryBalloon(ctx)
 	if wantBalloon := in.VMI.Spec.Domain.Devices.AutoattachMemBalloon; (err == nil) != (wantBalloon == nil || *wantBalloon) {
 		t.Errorf("query-balloon: %v; autoattachMemBalloon %v", err, wantBalloon)
+	}
+	var vnc struct {
+		Enabled bool   `json:"enabled"`
+		Family  string `json:"family"`
+	}
+	if err := mon.Execute(ctx, "query-vnc", nil, &vnc); err != nil {
+		t.Errorf("query-vnc: %v", err)
+	}
+	var vgamem int
+	err = mon.Execute(ctx, "qom-get", map[string]any{"path": "/machine/peripheral/" + VideoID, "property": "vgamem_mb"}, &vgamem)
+	if HasGraphics(&in.VMI.Spec.Domain.Devices) {
+		if !vnc.Enabled || vnc.Family != "unix" {
+			t.Errorf("query-vnc: %+v, want enabled on a unix socket", vnc)
+		}
+		if st, err := os.Stat(in.Paths.VNC); err != nil || st.Mode().Type() != os.ModeSocket {
+			t.Errorf("VNC socket %s: %v, %v", in.Paths.VNC, st, err)
+		}
+		if err != nil || vgamem != VGAMemoryMB {
+			t.Errorf("VGA: vgamem_mb %d, %v; want %d", vgamem, err, VGAMemoryMB)
+		}
+	} else if vnc.Enabled || err == nil {
+		t.Errorf("graphics off, yet VNC %+v or a video device (qom-get: %v)", vnc, err)
 	}
 	var rngFile string
 	err = mon.Execute(ctx, "qom-get", map[string]any{"path": "/objects/" + RNGID, "property": "filename"}, &rngFile)

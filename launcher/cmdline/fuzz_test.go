@@ -226,6 +226,7 @@ var argvSpec = map[string]struct {
 	"-netdev":   {"type", []string{"type", "id", "fd", "fds", "vhost", "vhostfd", "vhostfds", "net", "host", "dhcpstart", "hostfwd"}},
 	"-object":   {"qom-type", []string{"qom-type", "id", "filename"}},
 	"-device":   {"driver", nil},
+	"-vnc":      {"vnc", []string{"vnc", "share"}},
 }
 
 var blockDeviceKeys = []string{"driver", "drive", "id", "serial", "bootindex"}
@@ -245,6 +246,7 @@ var deviceKeys = map[string][]string{
 	"rtl8139":            {"driver", "netdev", "id", "mac"},
 	"virtio-rng-pci":     {"driver", "rng"},
 	"virtio-balloon-pci": {"driver", "id"},
+	"VGA":                {"driver", "id", "vgamem_mb"},
 }
 
 // wholeArgs take one argument as it is; bareFlags take none.
@@ -402,6 +404,17 @@ func checkArgv(t *testing.T, in Input, argv []string) {
 	}
 	if want := len(vmi.Spec.Domain.Devices.Disks) + len(vmi.Spec.Domain.Devices.Interfaces); ids != want {
 		fail("%d devices with a user alias, want %d", ids, want)
+	}
+
+	// Graphics: one VGA device and a VNC server on the launcher's unix
+	// socket only, or neither.
+	if HasGraphics(&vmi.Spec.Domain.Devices) {
+		one("-device", "driver", "VGA")
+		if got := one("-vnc", "", "").opts["vnc"]; got != "unix:"+in.Paths.VNC {
+			fail("-vnc vnc=%q, want unix:%s", got, in.Paths.VNC)
+		}
+	} else if len(find("-vnc", "", ""))+len(find("-device", "driver", "VGA")) != 0 {
+		fail("graphics off, yet a VGA device or a VNC server")
 	}
 
 	// Kernel boot: whole arguments, as they are; -initrd must read as one

@@ -45,6 +45,7 @@ const (
 	SCSIControllerID = "scsi0"
 	RNGID            = "rng0"
 	BalloonID        = "balloon0"
+	VideoID          = "video0"
 
 	NodePflashCode     = "pflash-code"
 	NodePflashCodeFile = "pflash-code-file"

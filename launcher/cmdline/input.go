@@ -22,6 +22,7 @@ type Paths struct {
 	QMP, QMPDebug string // two QMP unix sockets: the launcher's and one for debugging ("" = none)
 	Serial        string // serial console unix socket; the launcher reads it
 	GuestAgent    string // qemu-ga virtio-serial chardev socket ("" = no agent channel)
+	VNC           string // VNC server unix socket; required when the VMI has graphics
 	EFIVars       string // writable copy of the OVMF vars template (OVMF.Pick says which)
 }
 

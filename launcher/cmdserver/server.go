@@ -51,7 +51,10 @@
 //     already ended.
 //   - GetDomain, GetStats (vCPU threads with their CPU time from /proc, block
 //     stats, balloon), GuestPing, GuestInfo (agent version, OS info,
-//     hostname, interfaces; a 10 s deadline when the client set none).
+//     hostname, interfaces; a 10 s deadline when the client set none),
+//     GuestUsers (guest-get-users), GuestFilesystems (guest-get-fsinfo):
+//     any state QEMU runs in; the agent refusing a command is
+//     FailedPrecondition naming it.
 //   - WatchDomain: from_seq 0 streams the current state then every change;
 //     N > 0 streams every change with seq >= N still kept (the launcher keeps
 //     the last 1024), so a client that reconnects with last seen seq + 1
@@ -66,6 +69,10 @@
 //     is also removed before the guest runs.
 //   - Console: the serial console; output is what the guest writes from the
 //     attach on, input is written to the guest.
+//   - Vnc (Running, Paused, Migrating or ShuttingDown): the stream spliced
+//     to a fresh connection to QEMU's VNC server (RFB, unparsed);
+//     FailedPrecondition when the VM has no graphics device, at most
+//     MaxVNCStreams at once (ResourceExhausted beyond).
 //   - PrepareMigrationTarget: like a first Sync, but QEMU waits for an
 //     incoming migration (launcher.StartMigrationTarget); answers the unix
 //     sockets it listens on. FailedPrecondition if the VM already runs.
@@ -171,6 +178,8 @@ type Server struct {
 	shutOnce    bool
 	abandoned   bool               // Abandon was called: no VM may start
 	cancelStart context.CancelFunc // ends the start under way, if any
+
+	vncSlots chan struct{} // one per open Vnc stream (MaxVNCStreams)
 }
 
 // New returns a server; Start makes it listen.
@@ -181,7 +190,7 @@ func New(opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{opts: opts, started: make(chan struct{})}
+	s := &Server{opts: opts, started: make(chan struct{}), vncSlots: make(chan struct{}, MaxVNCStreams)}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(unaryInterceptor),

@@ -176,6 +176,16 @@ func TestBadInput(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition)
 	_, err = c.Qmp(ctx, &rpc.QmpRequest{CommandJson: `{"execute":"query-status"}`})
 	wantCode(t, err, codes.FailedPrecondition)
+	_, err = c.GuestUsers(ctx, &rpc.Empty{})
+	wantCode(t, err, codes.FailedPrecondition, "guest-get-users", "Sync first")
+	_, err = c.GuestFilesystems(ctx, &rpc.Empty{})
+	wantCode(t, err, codes.FailedPrecondition, "guest-get-fsinfo", "Sync first")
+	vs, err := c.Vnc(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = vs.Recv()
+	wantCode(t, err, codes.FailedPrecondition, "vnc", "Sync first")
 
 	_, err = c.Sync(ctx, &rpc.SyncRequest{VmiJson: []byte(`{"apiVersion": "kemu.dev/v1alpha1", "kind": `)})
 	wantCode(t, err, codes.InvalidArgument, "malformed")
