@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -81,6 +82,24 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// LocalAddr, RemoteAddr and the deadlines make a Conn a net.Conn (an RFB
+// client takes one).
+func (c *Conn) LocalAddr() net.Addr  { return c.ws.LocalAddr() }
+func (c *Conn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
+
+// SetDeadline sets both deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	return errors.Join(c.ws.SetReadDeadline(t), c.ws.SetWriteDeadline(t))
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.ws.SetReadDeadline(t) }
+
+// SetWriteDeadline implements net.Conn.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+
+var _ net.Conn = (*Conn)(nil)
 
 // Close sends a normal close frame and closes the connection.
 func (c *Conn) Close() error {
