@@ -229,6 +229,7 @@ func TestKemuImages(t *testing.T) {
 	// and the launcher look.
 	for _, f := range []string{"usr/share/seabios/bios-256k.bin", "usr/lib/ipxe/qemu/efi-virtio.rom",
 		"usr/share/OVMF/OVMF_CODE_4M.fd", "usr/share/OVMF/OVMF_VARS_4M.fd", "usr/share/qemu/linuxboot_dma.bin",
+		"usr/share/seabios/vgabios-stdvga.bin", "usr/share/qemu/keymaps/en-us", // the VGA device, -vnc
 		"etc/ssl/certs/ca-certificates.crt"} {
 		if _, err := os.Stat(filepath.Join(roots["kemu-launcher"], f)); err != nil {
 			t.Errorf("launcher image: %v", err)

@@ -73,13 +73,15 @@ var qemuDlopened = []string{
 var firmwareDirs = []string{"/usr/share/seabios", "/usr/lib/ipxe/qemu", "/usr/share/OVMF"}
 
 // qemuDataFiles are the x86 files of /usr/share/qemu (the rest is firmware
-// of other architectures, keymaps for displays kemu never opens, trace
-// event lists): option ROMs QEMU loads for x86 machines and direct kernel
-// boot, and the firmware descriptors.
+// of other architectures, other keymaps, trace event lists): option ROMs
+// QEMU loads for x86 machines and direct kernel boot, the firmware
+// descriptors, and the VNC server's default keymap (QEMU refuses to start
+// -vnc without it).
 var qemuDataFiles = []string{
 	"kvmvapic.bin", "linuxboot.bin", "linuxboot_dma.bin", "multiboot.bin", "multiboot_dma.bin",
 	"pvh.bin", "qboot.rom", "bios-microvm.bin", "sgabios.bin", "vof.bin",
 	"firmware/40-edk2-x86_64-secure-enrolled.json", "firmware/50-edk2-x86_64-secure.json", "firmware/60-edk2-x86_64.json",
+	"keymaps/en-us",
 }
 
 // debianPackages are the packages whose files the qemu layer takes; their

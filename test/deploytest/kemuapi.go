@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -21,7 +22,10 @@ func WaitKemuAPI(ctx context.Context, kube kubernetes.Interface, kemu versioned.
 	probe := &v1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kemu-api-probe"},
 		Spec: v1.VirtualMachineInstanceSpec{
-			Domain:  v1.DomainSpec{Devices: v1.Devices{Disks: []v1.Disk{{Name: "root"}}}},
+			Domain: v1.DomainSpec{
+				Memory:  &v1.Memory{Guest: ptr(resource.MustParse("128Mi"))},
+				Devices: v1.Devices{Disks: []v1.Disk{{Name: "root"}}},
+			},
 			Volumes: []v1.Volume{{Name: "root", ContainerDisk: &v1.ContainerDiskSource{Image: image}}},
 		},
 	}
@@ -40,3 +44,5 @@ func WaitKemuAPI(ctx context.Context, kube kubernetes.Interface, kemu versioned.
 		return err
 	})
 }
+
+func ptr[T any](v T) *T { return &v }
