@@ -16,6 +16,7 @@ import (
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/ctl/cli/clitest"
+	"github.com/kemu-dev/kemu/ctl/shell"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -83,9 +84,32 @@ func TestConsoleAndVNCStreams(t *testing.T) {
 
 	// The console from a pipe: the echo is printed, the console is left
 	// once the input ended and the output is quiet.
+	t0 := time.Now()
 	stdout, stderr, code := run(t, "hello\r", "console", "a", "--kubeconfig", c.Kubeconfig)
 	if code != 0 || stdout != "hello\r" {
 		t.Errorf("console: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if d := time.Since(t0); d < shell.ConsoleDrain {
+		t.Errorf("the console left %s after its input ended, before the output was quiet for %s", d, shell.ConsoleDrain)
+	}
+	// Ctrl-] leaves at once; it and what follows it are not sent.
+	stdout, stderr, code = run(t, "ab\x1dcd\n", "console", "a", "--kubeconfig", c.Kubeconfig)
+	if code != 0 || strings.Contains(stdout, "cd") || strings.Contains(stdout, "\x1d") {
+		t.Errorf("console with Ctrl-]: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	// On a terminal: raw mode (input without a newline reaches the
+	// guest), Ctrl-] leaves.
+	sc, exited, typeIn := startOnPTY(t, "console", "a", "--kubeconfig", c.Kubeconfig)
+	const limit = 30 * time.Second
+	clitest.WaitFor(t, "the console", limit, sc, func(out string) bool {
+		return strings.Contains(out, "connected to the serial console of VMI default/a; Ctrl-] leaves")
+	})
+	typeIn("hi")
+	clitest.WaitFor(t, "the echo of hi (raw mode)", limit, sc, func(out string) bool { return strings.Contains(out, "hi") })
+	typeIn("\x1d")
+	waitExit(t, "Ctrl-]", exited, sc, limit)
+	if !strings.Contains(sc.String(), "left the serial console") {
+		t.Errorf("terminal: %q", sc.String())
 	}
 	// The console ending on the node: kemuctl says why.
 	stdout, stderr, code = run(t, "quit", "console", "a", "--kubeconfig", c.Kubeconfig)
@@ -139,7 +163,7 @@ func TestConsoleAndVNCStreams(t *testing.T) {
 			t.Fatalf("connection %d: echo of %d bytes: %v", i, len(msg), err)
 		}
 	}
-	if got := nodes.streams(); strings.Join(got, ",") != "console a,console a,vnc a,vnc a" {
+	if got := nodes.streams(); strings.Join(got, ",") != "console a,console a,console a,console a,vnc a,vnc a" {
 		t.Errorf("node streams %q, want two consoles and one vnc stream per connection", got)
 	}
 	// A stream ended by the node: the connection closes, kemuctl vnc says
