@@ -37,8 +37,10 @@ With -c the commands (separated by ';') run without a prompt; the exit status is
 1 as soon as one fails. -o json prints the responses as JSON (protojson; qmp
 replies as QEMU sent them).
 
-kemuctl shell VMI runs the shell in the VMI's launcher Pod (container compute,
-through the Kubernetes exec API: the user needs create on pods/exec) as
+kemuctl shell VMI is an administrator's debug tool: it runs the shell in the
+VMI's launcher Pod (container compute) through the Kubernetes exec API, so the
+user needs create on pods/exec in the VMI's namespace, which kemu's user roles
+do not grant (kemuctl console, vnc, pause… go through kemu-api instead) as
   kemuctl shell --socket ` + pod.Socket + `
 with -c and -o passed on; stdin, stdout and stderr pass through and the exit
 status is the remote shell's (1 when the VMI's launcher cannot be reached).

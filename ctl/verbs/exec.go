@@ -8,9 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -37,10 +35,6 @@ const remoteKemuctl = "/usr/bin/kemuctl"
 // RemoteSocket is the launcher's command socket in the compute container.
 var RemoteSocket = path.Join(launcherpod.SocketsDir, launcherpod.Socket)
 
-// consoleDetachGrace is how long kemuctl console waits, after Ctrl-], for
-// the remote kemuctl to leave by itself before it closes the stream.
-const consoleDetachGrace = 2 * time.Second
-
 // remoteShellArgv is the command run in the launcher Pod's compute
 // container for kemuctl shell VMI: the launcher image's kemuctl on the
 // launcher socket. batch passes commands with -c (even when empty).
@@ -55,36 +49,6 @@ func remoteShellArgv(commands string, batch, jsonOut bool) []string {
 	return argv
 }
 
-// remoteConsoleArgv is the command run for kemuctl console VMI: the
-// shell's console command, which streams the Console RPC between its
-// stdin/stdout (pipes here: no terminal in the container) and the launcher,
-// leaving at Ctrl-] or, once its stdin ended, when the output is quiet.
-func remoteConsoleArgv() []string { return remoteShellArgv("console", true, false) }
-
-// NewConsoleCommand is kemuctl console.
-func NewConsoleCommand(c *cli.Cluster) *cobra.Command {
-	return &cobra.Command{
-		Use:     "console VMI",
-		Short:   "Attach to a VirtualMachineInstance's serial console",
-		Example: "  kemuctl console myvmi -n myns",
-		Long: `console attaches the terminal to the guest's serial console: it runs
-` + "`kemuctl shell --socket " + RemoteSocket + " -c console`" + ` in the
-VMI's launcher Pod (container ` + launcherpod.ComputeContainer + `) through the Kubernetes exec API (the user
-needs create on pods/exec) and passes stdin and stdout through. On a terminal,
-stdin is put in raw mode and Ctrl-] leaves; from a pipe, the console is left
-once the input ended and the guest's output is quiet.
-
-` + cli.ConnectionHelp + `
-The exit status is 1 when the console cannot be reached (the VMI not found, not
-running, no launcher Pod), the remote kemuctl's otherwise; 2 for a usage error.`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: c.CompleteVMIs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runVMIConsole(cmd, c, args[0])
-		},
-	}
-}
-
 // vmiTarget is a VMI's launcher Pod, reachable with exec.
 type vmiTarget struct {
 	cfg  *rest.Config
@@ -95,9 +59,9 @@ type vmiTarget struct {
 }
 
 // findLauncher finds a VMI's launcher Pod and checks that exec can reach
-// its compute container. needGuest also asks for the VMI to be Running (the
-// console needs a guest; the shell also helps before and after boot).
-func findLauncher(ctx context.Context, c *cli.Cluster, name string, needGuest bool) (*vmiTarget, error) {
+// its compute container (the VMI need not be Running: the shell also helps
+// before and after boot).
+func findLauncher(ctx context.Context, c *cli.Cluster, name string) (*vmiTarget, error) {
 	cl, err := c.Clients()
 	if err != nil {
 		return nil, err
@@ -128,7 +92,7 @@ func findLauncher(ctx context.Context, c *cli.Cluster, name string, needGuest bo
 	if err != nil {
 		return nil, fmt.Errorf("%s: its launcher Pod %s: %w", t.ref, podName, err)
 	}
-	return t, t.check(needGuest)
+	return t, t.check()
 }
 
 func phaseOf(vmi *v1.VirtualMachineInstance) string {
@@ -139,7 +103,7 @@ func phaseOf(vmi *v1.VirtualMachineInstance) string {
 }
 
 // check refuses a Pod that is not the VMI's running launcher.
-func (t *vmiTarget) check(needGuest bool) error {
+func (t *vmiTarget) check() error {
 	if got := t.pod.Labels[launcherpod.CreatedByLabel]; got != string(t.vmi.UID) {
 		return fmt.Errorf("%s: Pod %s is not its launcher (label %s is %q, not the VMI's UID %s)",
 			t.ref, t.pod.Name, launcherpod.CreatedByLabel, got, t.vmi.UID)
@@ -159,9 +123,6 @@ func (t *vmiTarget) check(needGuest bool) error {
 	if !running {
 		return fmt.Errorf("%s is not running (container %s of its launcher Pod %s is not running)",
 			t.ref, launcherpod.ComputeContainer, t.pod.Name)
-	}
-	if needGuest && t.vmi.Status.Phase != v1.Running {
-		return fmt.Errorf("%s is not running (phase %s)", t.ref, phaseOf(t.vmi))
 	}
 	return nil
 }
@@ -226,82 +187,11 @@ func (t *vmiTarget) execResult(verb string, errOut io.Writer, err error) error {
 	return cli.ExitError{Code: 1}
 }
 
-func runVMIConsole(cmd *cobra.Command, c *cli.Cluster, name string) error {
-	errOut := cmd.ErrOrStderr()
-	t, err := findLauncher(cmd.Context(), c, name, true)
-	if err != nil {
-		fmt.Fprintf(errOut, "kemuctl console: %v\n", err)
-		return cli.ExitError{Code: 1}
-	}
-	in := &escapeReader{r: cmd.InOrStdin(), escaped: make(chan struct{})}
-	if f, ok := cmd.InOrStdin().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fd := int(f.Fd())
-		old, err := term.MakeRaw(fd)
-		if err == nil {
-			defer func() { _ = term.Restore(fd, old) }()
-		}
-		fmt.Fprintf(errOut, "connected to the serial console of %s; Ctrl-] leaves\r\n", t.ref)
-		defer fmt.Fprint(errOut, "\r\nleft the serial console\r\n")
-	}
-	ctx, cancel := context.WithCancel(cmd.Context())
-	defer cancel()
-	go func() {
-		// The remote kemuctl leaves at the Ctrl-] it was sent; if it
-		// does not, close the stream.
-		select {
-		case <-in.escaped:
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-time.After(consoleDetachGrace):
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	err = t.exec(ctx, remoteConsoleArgv(), execStreams{in: in, out: cmd.OutOrStdout(), errOut: errOut})
-	if err != nil && in.wasEscaped() && ctx.Err() != nil {
-		return nil
-	}
-	return t.execResult("console", errOut, err)
-}
-
-// escapeReader passes r through up to and including the first Ctrl-] (so
-// that the remote console leaves at once), then ends.
-type escapeReader struct {
-	r       io.Reader
-	once    sync.Once
-	escaped chan struct{}
-}
-
-func (e *escapeReader) Read(p []byte) (int, error) {
-	if e.wasEscaped() {
-		return 0, io.EOF
-	}
-	n, err := e.r.Read(p)
-	for i := range n {
-		if p[i] == shell.ConsoleEscape {
-			e.once.Do(func() { close(e.escaped) })
-			return i + 1, nil
-		}
-	}
-	return n, err
-}
-
-func (e *escapeReader) wasEscaped() bool {
-	select {
-	case <-e.escaped:
-		return true
-	default:
-		return false
-	}
-}
-
 // RunShell is kemuctl shell VMI: the shell runs in the launcher Pod, on
 // a terminal there when this one is interactive on one.
 func RunShell(cmd *cobra.Command, c *cli.Cluster, name, commands string, jsonOut, batch bool) error {
 	errOut := cmd.ErrOrStderr()
-	t, err := findLauncher(cmd.Context(), c, name, false)
+	t, err := findLauncher(cmd.Context(), c, name)
 	if err != nil {
 		fmt.Fprintf(errOut, "kemuctl shell: %v\n", err)
 		return cli.ExitError{Code: 1}
@@ -389,5 +279,5 @@ func ShellThroughPod(c *cli.Cluster) shell.ThroughPod {
 func Commands(c *cli.Cluster) []*cobra.Command {
 	return []*cobra.Command{NewStartCommand(c), NewStopCommand(c), NewRestartCommand(c),
 		NewPauseCommand(c), NewUnpauseCommand(c), NewSoftRebootCommand(c), NewConsoleCommand(c),
-		NewMigrateCommand(c), NewMigrateCancelCommand(c)}
+		NewVNCCommand(c), NewMigrateCommand(c), NewMigrateCancelCommand(c)}
 }

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/subresources"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/ctl/apiclient"
 	"github.com/kemu-dev/kemu/ctl/cli"
 	"github.com/kemu-dev/kemu/ctl/shell"
 )
@@ -35,8 +38,10 @@ func NewMigrateCommand(c *cli.Cluster) *cobra.Command {
 		Use:     "migrate VMI [--wait] [--timeout DURATION]",
 		Short:   "Live-migrate a running VirtualMachineInstance to another node",
 		Example: "  kemuctl migrate myvmi -n myns --wait",
-		Long: `migrate creates a VirtualMachineInstanceMigration for the VMI (as virtctl
-migrate does) and prints its name. With --wait it follows the migration: each
+		Long: `migrate calls kemu-api's migrate subresource of the VMI (as virtctl migrate
+does; the user needs update on virtualmachineinstances/migrate in
+` + subresources.Group + `), which creates a VirtualMachineInstanceMigration, and
+prints its name. With --wait it follows the migration: each
 phase, the data transferred and remaining while memory moves, and at the end the
 node the VMI runs on, the total time and the guest's downtime; the exit status
 is 1 when the migration fails (its reason is printed) or --timeout (default
@@ -53,8 +58,12 @@ migrate-cancel stops it. Exit status 2 for a usage error.
 				return cli.ExitError{Code: 2}
 			}
 			cl, err := c.Clients()
+			var api *apiclient.Client
 			if err == nil {
-				err = migrate(cmd.Context(), cmd.OutOrStdout(), cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
+				api, err = apiclient.New(cl.Config)
+			}
+			if err == nil {
+				err = migrate(cmd.Context(), cmd.OutOrStdout(), api, cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
 			}
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl migrate: %v\n", err)
@@ -110,11 +119,15 @@ wait timed out; 2 for a usage error.
 	return cmd
 }
 
-// migrate creates the VMI's migration and, with waitDone, follows it.
-func migrate(ctx context.Context, out io.Writer, cs versioned.Interface, ns, name string, waitDone bool, timeout time.Duration) error {
+// migrate asks kemu-api for the VMI's migration and, with waitDone,
+// follows the migration it created.
+func migrate(ctx context.Context, out io.Writer, api putter, cs versioned.Interface, ns, name string, waitDone bool, timeout time.Duration) error {
 	ref := fmt.Sprintf("VMI %s/%s", ns, name)
 	apiCtx, cancel := context.WithTimeout(ctx, vmOpTimeout)
 	defer cancel()
+	// Read first: the node it leaves, and a clear refusal of a VMI that
+	// does not run (kemu-api would create a migration the controller
+	// then fails).
 	vmi, err := cs.KemuV1alpha1().VirtualMachineInstances(ns).Get(apiCtx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -124,12 +137,13 @@ func migrate(ctx context.Context, out io.Writer, cs versioned.Interface, ns, nam
 	case vmi.Status.Phase != v1.Running:
 		return fmt.Errorf("%s is %s, not Running: only a running VMI migrates", ref, phaseOrNone(vmi.Status.Phase))
 	}
-	vmim, err := cs.KemuV1alpha1().VirtualMachineInstanceMigrations(ns).Create(apiCtx, &v1.VirtualMachineInstanceMigration{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-migration-", Namespace: ns},
-		Spec:       v1.VirtualMachineInstanceMigrationSpec{VMIName: name},
-	}, metav1.CreateOptions{})
+	raw, err := api.Put(apiCtx, subresources.Migrate, ns, name, subresources.MigrateOptions{})
 	if err != nil {
-		return fmt.Errorf("%s: creating its migration: %w", ref, err)
+		return requestError("VMI", subresources.VMIs, ns, name, err)
+	}
+	vmim := &v1.VirtualMachineInstanceMigration{}
+	if err := json.Unmarshal(raw, vmim); err != nil || vmim.Name == "" || vmim.UID == "" {
+		return fmt.Errorf("%s: kemu-api's reply to migrate is not the migration it created (%v): %.200q", ref, err, raw)
 	}
 	fmt.Fprintf(out, "VirtualMachineInstanceMigration %s/%s created for %s (from node %s)\n", ns, vmim.Name, ref, vmi.Status.NodeName)
 	if !waitDone {

@@ -105,12 +105,14 @@ func (f *fakeMigrationController) step(ctx context.Context, t *testing.T, kemu v
 	}
 }
 
-// kemuctl migrate and migrate-cancel against a real API server, the
-// controller and node agents played by the test. Needs make k8s.
+// kemuctl migrate and migrate-cancel against a real API server and
+// kemu-api (in process), the controller and node agents played by the
+// test. Needs make k8s.
 func TestMigrateAndCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startCRDCluster(ctx, t, cluster.Options{})
+	startKemuAPI(ctx, t, c, nil)
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
 	const ns = "default"
 	fake := &fakeMigrationController{}

@@ -28,7 +28,7 @@ import (
 )
 
 // TestStartStopRestart runs kemuctl start, stop and restart against a real
-// kube-apiserver with the VM controller running (the VMI phases are set by
+// kube-apiserver and kemu-api (in process) with the VM controller running (the VMI phases are set by
 // hand, as the VMI controller and node agent would). Needs make k8s.
 func TestStartStopRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -41,6 +41,7 @@ func TestStartStopRestart(t *testing.T) {
 	if err := c.InstallCRDs(); err != nil {
 		t.Fatal(err)
 	}
+	startKemuAPI(ctx, t, c, nil)
 	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
 	ki := kubeinformers.NewSharedInformerFactory(kube, 0)

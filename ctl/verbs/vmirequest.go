@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,12 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
+	"github.com/kemu-dev/kemu/api/subresources"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/ctl/apiclient"
 	"github.com/kemu-dev/kemu/ctl/cli"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // Defaults of pause, unpause and soft-reboot.
@@ -29,17 +30,19 @@ const (
 )
 
 // vmiRequest is one of the requests a user makes of a running VMI through
-// an annotation (api/v1alpha1/labels.go), reconciled by the node agent.
+// kemu-api's subresources, carried out by the node agent on the VMI's node.
 type vmiRequest struct {
 	verb  string // the command: pause, unpause, soft-reboot
+	sub   subresources.Verb
+	body  any // the request's options
 	short string
 	long  string
 	// pending and done complete "VMI ns/name was scheduled to <pending>"
 	// and "VMI ns/name was <done>".
 	pending, done string
-	// plan checks the VMI as read and returns the annotations to merge
-	// (nil values remove one) and the test of the request being done.
-	plan func(vmi *v1.VirtualMachineInstance, ref string, now time.Time) (map[string]any, vmiDoneFunc, error)
+	// doneFor returns the test of the request being done, given the VMI
+	// as read once kemu-api accepted the request.
+	doneFor func(vmi *v1.VirtualMachineInstance) (vmiDoneFunc, error)
 }
 
 // vmiDoneFunc says whether the request is done, else describes what the VMI
@@ -49,42 +52,41 @@ type vmiDoneFunc func(vmi *v1.VirtualMachineInstance) (bool, string)
 // NewPauseCommand is kemuctl pause.
 func NewPauseCommand(c *cli.Cluster) *cobra.Command {
 	return newVMIRequestCommand(c, vmiRequest{
-		verb:  "pause",
+		verb: "pause", sub: subresources.Pause, body: subresources.PauseOptions{},
 		short: "Pause a running VirtualMachineInstance",
-		long: `pause stops the guest's vCPUs: it sets the VMI's annotation kemu.dev/paused
-"true", which the node agent on the VMI's node carries out, and waits until the
-VMI's Paused condition is True. Pausing a VMI that is paused already is an
-error, as in KubeVirt.`,
+		long: `pause stops the guest's vCPUs: kemu-api records the request, the node agent on
+the VMI's node carries it out, and kemuctl waits until the VMI's Paused
+condition is True. Pausing a VMI that is paused already is an error, as in
+KubeVirt.`,
 		pending: "pause", done: "paused",
-		plan: planPause,
+		doneFor: pauseDone,
 	})
 }
 
 // NewUnpauseCommand is kemuctl unpause.
 func NewUnpauseCommand(c *cli.Cluster) *cobra.Command {
 	return newVMIRequestCommand(c, vmiRequest{
-		verb:  "unpause",
+		verb: "unpause", sub: subresources.Unpause, body: subresources.UnpauseOptions{},
 		short: "Unpause a paused VirtualMachineInstance",
-		long: `unpause resumes a paused guest: it removes the VMI's annotation
-kemu.dev/paused (or sets it "false" when the VMI is paused without it, e.g. by
-startStrategy Paused) and waits until the VMI's Paused condition is no longer
-True. Unpausing a VMI that is not paused is an error, as in KubeVirt.`,
+		long: `unpause resumes a paused guest (also one paused by startStrategy Paused, or one
+asked to pause that has not yet) and waits until the VMI's Paused condition is
+no longer True. Unpausing a VMI that is not paused is an error, as in KubeVirt.`,
 		pending: "unpause", done: "unpaused",
-		plan: planUnpause,
+		doneFor: unpauseDone,
 	})
 }
 
 // NewSoftRebootCommand is kemuctl soft-reboot.
 func NewSoftRebootCommand(c *cli.Cluster) *cobra.Command {
 	return newVMIRequestCommand(c, vmiRequest{
-		verb:  "soft-reboot",
+		verb: "soft-reboot", sub: subresources.SoftReboot, body: subresources.SoftRebootOptions{},
 		short: "Soft-reboot a running VirtualMachineInstance",
-		long: `soft-reboot asks the guest to reboot (through its guest agent, else by ACPI): it
-sets the VMI's annotation kemu.dev/soft-reboot to a new value and waits until
-the node agent has acted on it (kemu.dev/soft-reboot-done carries that value).
+		long: `soft-reboot asks the guest to reboot (through its guest agent, else by ACPI) and
+waits until the node agent has acted on it (the VMI's annotation
+` + v1.VMISoftRebootDoneAnnotation + ` carries the value kemu-api put in ` + v1.VMISoftRebootAnnotation + `).
 A paused VMI cannot be soft-rebooted, as in KubeVirt.`,
 		pending: "soft reboot", done: "soft rebooted",
-		plan: planSoftReboot,
+		doneFor: softRebootDone,
 	})
 }
 
@@ -97,8 +99,10 @@ func newVMIRequestCommand(c *cli.Cluster, r vmiRequest) *cobra.Command {
 		Example: "  kemuctl " + r.verb + " myvmi -n myns",
 		Long: r.long + `
 
-With --wait=false kemuctl returns once the request is recorded; --timeout bounds
-the wait (default ` + vmiWaitTimeout.String() + `). The exit status is 1 when the VMI cannot be ` + r.done + ` (not found, not running,
+kemuctl calls kemu-api's ` + r.sub.Name + ` subresource of the VMI (the user needs ` + r.sub.RBACVerb() + ` on
+` + r.sub.Subresource() + ` in ` + subresources.Group + `, and get on the VMI to
+wait). With --wait=false kemuctl returns once kemu-api recorded the request;
+--timeout bounds the wait (default ` + vmiWaitTimeout.String() + `). The exit status is 1 when the VMI cannot be ` + r.done + ` (not found, not running,
 timed out waiting, or the cluster not reached), 2 for a usage error.
 
 ` + cli.ConnectionHelp,
@@ -111,11 +115,15 @@ timed out waiting, or the cluster not reached), 2 for a usage error.
 				return cli.ExitError{Code: 2}
 			}
 			cl, err := c.Clients()
+			var api *apiclient.Client
+			if err == nil {
+				api, err = apiclient.New(cl.Config)
+			}
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
 				return cli.ExitError{Code: 1}
 			}
-			msg, err := r.run(cmd.Context(), cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
+			msg, err := r.run(cmd.Context(), api, cl.Kemu, cl.Namespace, args[0], waitDone, timeout)
 			if err != nil {
 				fmt.Fprintf(errOut, "kemuctl %s: %v\n", r.verb, err)
 				return cli.ExitError{Code: 1}
@@ -129,40 +137,25 @@ timed out waiting, or the cluster not reached), 2 for a usage error.
 	return cmd
 }
 
-// run records the request and waits for it (if asked); it returns what to
-// tell the user.
-func (r vmiRequest) run(ctx context.Context, cs versioned.Interface, ns, name string, waitDone bool, timeout time.Duration) (string, error) {
+// run asks kemu-api for the request and waits for it (if asked); it
+// returns what to tell the user.
+func (r vmiRequest) run(ctx context.Context, api putter, cs versioned.Interface, ns, name string, waitDone bool, timeout time.Duration) (string, error) {
 	ref := fmt.Sprintf("VMI %s/%s", ns, name)
-	vmis := cs.KemuV1alpha1().VirtualMachineInstances(ns)
 	apiCtx, cancel := context.WithTimeout(ctx, vmOpTimeout)
 	defer cancel()
-	vmi, err := vmis.Get(apiCtx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("%s not found", ref)
-	}
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", ref, err)
-	}
-	annotations, done, err := r.plan(vmi, ref, time.Now())
-	if err != nil {
-		return "", err
-	}
-	// The UID makes the patch fail (Conflict) on a new VMI of the same name.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": vmi.UID, "annotations": annotations}})
-	if err != nil {
-		return "", err
-	}
-	if _, err := vmis.Patch(apiCtx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
-			return "", fmt.Errorf("%s not found", ref)
-		case apierrors.IsConflict(err):
-			return "", fmt.Errorf("%s was replaced meanwhile, try again", ref)
-		}
-		return "", fmt.Errorf("%s: requesting %s: %w", ref, r.pending, err)
+	if _, err := api.Put(apiCtx, r.sub, ns, name, r.body); err != nil {
+		return "", requestError("VMI", subresources.VMIs, ns, name, err)
 	}
 	if !waitDone {
 		return fmt.Sprintf("%s was scheduled to %s", ref, r.pending), nil
+	}
+	vmi, err := cs.KemuV1alpha1().VirtualMachineInstances(ns).Get(apiCtx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("%s: reading it after the %s request: %w", ref, r.pending, err)
+	}
+	done, err := r.doneFor(vmi)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", ref, err)
 	}
 	if err := waitVMI(ctx, cs, vmi, ref, r.done, timeout, done); err != nil {
 		return "", err
@@ -218,41 +211,16 @@ func waitVMI(ctx context.Context, cs versioned.Interface, orig *v1.VirtualMachin
 	return nil
 }
 
-// checkRunning refuses a VMI that does not run: virt-api's test for pause
-// and soft reboot (phase Running), and not being deleted.
-func checkRunning(vmi *v1.VirtualMachineInstance, ref string) error {
-	if vmi.DeletionTimestamp != nil {
-		return fmt.Errorf("%s is stopping", ref)
-	}
-	if vmi.Status.Phase != v1.Running {
-		phase := string(vmi.Status.Phase)
-		if phase == "" {
-			phase = "none yet"
-		}
-		return fmt.Errorf("%s is not running (phase %s)", ref, phase)
-	}
-	return nil
-}
-
-// pausedCondition returns the VMI's Paused condition (nil when absent).
-func pausedCondition(vmi *v1.VirtualMachineInstance) *v1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == v1.VirtualMachineInstancePaused {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
+// isPaused says whether the VMI's Paused condition is True (kemu-api's
+// subresource.IsPaused, which kemuctl does not link).
 func isPaused(vmi *v1.VirtualMachineInstance) bool {
-	c := pausedCondition(vmi)
-	return c != nil && c.Status == corev1.ConditionTrue
+	return vmistatus.HasCondition(vmi, v1.VirtualMachineInstancePaused, corev1.ConditionTrue, "")
 }
 
 // describePaused renders the Paused condition for messages.
 func describePaused(vmi *v1.VirtualMachineInstance) string {
-	c := pausedCondition(vmi)
-	if c == nil {
+	c, ok := vmistatus.Condition(vmi, v1.VirtualMachineInstancePaused)
+	if !ok {
 		return "no Paused condition"
 	}
 	s := "Paused condition " + string(c.Status)
@@ -265,48 +233,26 @@ func describePaused(vmi *v1.VirtualMachineInstance) string {
 	return s
 }
 
-func planPause(vmi *v1.VirtualMachineInstance, ref string, _ time.Time) (map[string]any, vmiDoneFunc, error) {
-	if err := checkRunning(vmi, ref); err != nil {
-		return nil, nil, err
-	}
-	if isPaused(vmi) {
-		return nil, nil, fmt.Errorf("%s is already paused", ref)
-	}
-	return map[string]any{v1.VMIPausedAnnotation: "true"}, func(vmi *v1.VirtualMachineInstance) (bool, string) {
+func pauseDone(*v1.VirtualMachineInstance) (vmiDoneFunc, error) {
+	return func(vmi *v1.VirtualMachineInstance) (bool, string) {
 		return isPaused(vmi), describePaused(vmi)
 	}, nil
 }
 
-func planUnpause(vmi *v1.VirtualMachineInstance, ref string, _ time.Time) (map[string]any, vmiDoneFunc, error) {
-	if err := checkRunning(vmi, ref); err != nil {
-		return nil, nil, err
-	}
-	requested := vmi.Annotations[v1.VMIPausedAnnotation] == "true"
-	if !isPaused(vmi) && !requested {
-		return nil, nil, fmt.Errorf("%s is not paused", ref)
-	}
-	// Not paused yet but asked to be: withdrawing the request is the unpause.
-	var value any // remove the annotation
-	if _, ok := vmi.Annotations[v1.VMIPausedAnnotation]; !ok {
-		// Paused without it (startStrategy Paused): an explicit "false"
-		// changes the object, so the node agent sees a request.
-		value = "false"
-	}
-	return map[string]any{v1.VMIPausedAnnotation: value}, func(vmi *v1.VirtualMachineInstance) (bool, string) {
+func unpauseDone(*v1.VirtualMachineInstance) (vmiDoneFunc, error) {
+	return func(vmi *v1.VirtualMachineInstance) (bool, string) {
 		return !isPaused(vmi), describePaused(vmi)
 	}, nil
 }
 
-func planSoftReboot(vmi *v1.VirtualMachineInstance, ref string, now time.Time) (map[string]any, vmiDoneFunc, error) {
-	if err := checkRunning(vmi, ref); err != nil {
-		return nil, nil, err
+// softRebootDone waits for the node agent to copy the request's value, as
+// kemu-api recorded it, to kemu.dev/soft-reboot-done.
+func softRebootDone(accepted *v1.VirtualMachineInstance) (vmiDoneFunc, error) {
+	value := accepted.Annotations[v1.VMISoftRebootAnnotation]
+	if value == "" {
+		return nil, fmt.Errorf("no %s annotation after kemu-api accepted the soft reboot", v1.VMISoftRebootAnnotation)
 	}
-	if isPaused(vmi) {
-		return nil, nil, fmt.Errorf("%s is paused: unpause it first", ref)
-	}
-	// A new value per request; the node agent acts once per distinct value.
-	value := now.UTC().Format(time.RFC3339Nano)
-	return map[string]any{v1.VMISoftRebootAnnotation: value}, func(vmi *v1.VirtualMachineInstance) (bool, string) {
+	return func(vmi *v1.VirtualMachineInstance) (bool, string) {
 		got, ok := vmi.Annotations[v1.VMISoftRebootDoneAnnotation]
 		if got == value {
 			return true, ""

@@ -16,6 +16,8 @@ import (
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/apiserver/apiservertest"
+	"github.com/kemu-dev/kemu/apiserver/subresource"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -35,6 +37,24 @@ func startCRDCluster(ctx context.Context, t *testing.T, opts cluster.Options) *c
 	}
 	t.Logf("cluster with CRDs up in %s", time.Since(t0).Round(time.Millisecond))
 	return c
+}
+
+// startKemuAPI runs kemu-api in the test process behind c's kube-apiserver
+// (apiserver/apiservertest), which kemuctl's verbs call; nodes stands in
+// for the node agents (nil: none, streams fail).
+func startKemuAPI(ctx context.Context, t *testing.T, c *cluster.Cluster, nodes subresource.NodeAgents) {
+	t.Helper()
+	t0 := time.Now()
+	in, err := apiservertest.Start(ctx, c, apiservertest.Options{Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := in.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("kemu-api up in %s", time.Since(t0).Round(time.Millisecond))
 }
 
 // createVMI creates a minimal VMI and gives it a status (phase, node,
@@ -126,14 +146,15 @@ func (a *fakeNodeAgent) run(ctx context.Context, kemu versioned.Interface, ns st
 }
 
 // TestPauseUnpauseSoftReboot runs kemuctl pause, unpause and soft-reboot
-// against a real kube-apiserver; a goroutine stands in for the node agent
-// (setting the Paused condition through the status subresource when the
-// annotation appears). Also: the errors of console and shell by name
+// against a real kube-apiserver and kemu-api (in process); a goroutine
+// stands in for the node agent (setting the Paused condition through the
+// status subresource when kemu-api's annotation appears). Also: the errors of console and shell by name
 // without a launcher Pod. Needs make k8s.
 func TestPauseUnpauseSoftReboot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startCRDCluster(ctx, t, cluster.Options{})
+	startKemuAPI(ctx, t, c, nil)
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
 	const ns = "default"
 	agent := &fakeNodeAgent{}
