@@ -7,6 +7,7 @@ import (
 	"image/png"
 	"io"
 	"net"
+	"os"
 )
 
 // Screenshot takes one picture of the server's screen on conn: the
@@ -26,4 +27,17 @@ func WritePNG(w io.Writer, img image.Image) error {
 		return fmt.Errorf("rfb: writing PNG: %w", err)
 	}
 	return nil
+}
+
+// SavePNG writes img as a PNG file at path.
+func SavePNG(path string, img image.Image) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WritePNG(f, img); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -37,15 +36,7 @@ func (s *shell) screenshot(parent context.Context, rest string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(rest)
-	if err != nil {
-		return err
-	}
-	if err := rfb.WritePNG(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := rfb.SavePNG(rest, img); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.out, "%s: %dx%d\n", rest, img.Bounds().Dx(), img.Bounds().Dy())

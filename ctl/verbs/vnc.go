@@ -69,6 +69,7 @@ be opened or the cluster not reached; 2 for a usage error.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newVNCScreenshotCommand(c))
 	cmd.Flags().IntVar(&port, "port", 0, "the local port (0: a free one)")
 	cmd.Flags().StringVar(&address, "address", address, "the local address to listen on")
 	return cmd
