@@ -11,8 +11,8 @@ import (
 )
 
 // migrate creates a VirtualMachineInstanceMigration for the VMI and
-// replies with it; the migration controller and the webhook decide whether
-// the VMI can move.
+// replies with it. A VMI that is not running is refused here; the
+// migration controller decides whether a running one can move.
 func (h *Handler) migrate(w http.ResponseWriter, r *http.Request, ns, name string) {
 	ctx := r.Context()
 	var o subresources.MigrateOptions
@@ -21,9 +21,11 @@ func (h *Handler) migrate(w http.ResponseWriter, r *http.Request, ns, name strin
 		writeError(w, err)
 		return
 	}
-	vmi, err := h.Kemu.KemuV1alpha1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+	// A VMI that does not run cannot move (virt-api's test too); whether
+	// a running one can is the migration controller's call.
+	vmi, err := h.runningVMI(ctx, ns, name)
 	if err != nil {
-		writeError(w, apiError(ctx, "reading the VMI", err))
+		writeError(w, err)
 		return
 	}
 	vmim := &v1.VirtualMachineInstanceMigration{

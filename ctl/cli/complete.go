@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // completeTimeout bounds the listing behind one completion: a shell waits
@@ -20,16 +22,8 @@ func (c *Cluster) CompleteVMIs(cmd *cobra.Command, args []string, toComplete str
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	return c.completeList(cmd, toComplete, func(ctx context.Context, cl *Clients) ([]string, error) {
-		l, err := cl.Kemu.KemuV1alpha1().VirtualMachineInstances(cl.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		names := make([]string, 0, len(l.Items))
-		for _, o := range l.Items {
-			names = append(names, o.Name)
-		}
-		return names, nil
+	return c.completeList(cmd, toComplete, func(ctx context.Context, cl *Clients) (runtime.Object, error) {
+		return cl.Kemu.KemuV1alpha1().VirtualMachineInstances(cl.Namespace).List(ctx, metav1.ListOptions{})
 	})
 }
 
@@ -39,31 +33,15 @@ func (c *Cluster) CompleteVMs(cmd *cobra.Command, args []string, toComplete stri
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	return c.completeList(cmd, toComplete, func(ctx context.Context, cl *Clients) ([]string, error) {
-		l, err := cl.Kemu.KemuV1alpha1().VirtualMachines(cl.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		names := make([]string, 0, len(l.Items))
-		for _, o := range l.Items {
-			names = append(names, o.Name)
-		}
-		return names, nil
+	return c.completeList(cmd, toComplete, func(ctx context.Context, cl *Clients) (runtime.Object, error) {
+		return cl.Kemu.KemuV1alpha1().VirtualMachines(cl.Namespace).List(ctx, metav1.ListOptions{})
 	})
 }
 
 // completeNamespaces completes --namespace.
 func (c *Cluster) completeNamespaces(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	return c.completeList(cmd, toComplete, func(ctx context.Context, cl *Clients) ([]string, error) {
-		l, err := cl.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		names := make([]string, 0, len(l.Items))
-		for _, o := range l.Items {
-			names = append(names, o.Name)
-		}
-		return names, nil
+	return c.completeList(cmd, toComplete, func(ctx context.Context, cl *Clients) (runtime.Object, error) {
+		return cl.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	})
 }
 
@@ -113,7 +91,7 @@ func (c *Cluster) registerFlagCompletions(root *cobra.Command) {
 // completeList connects and lists; a cluster that cannot be reached
 // completes nothing (a shell has no place for the error).
 func (c *Cluster) completeList(cmd *cobra.Command, toComplete string,
-	list func(context.Context, *Clients) ([]string, error)) ([]cobra.Completion, cobra.ShellCompDirective) {
+	list func(context.Context, *Clients) (runtime.Object, error)) ([]cobra.Completion, cobra.ShellCompDirective) {
 	cl, err := c.Clients()
 	if err != nil {
 		cobra.CompDebugln("kemuctl: "+err.Error(), false)
@@ -125,12 +103,33 @@ func (c *Cluster) completeList(cmd *cobra.Command, toComplete string,
 	}
 	ctx, cancel := context.WithTimeout(ctx, completeTimeout)
 	defer cancel()
-	names, err := list(ctx, cl)
+	l, err := list(ctx, cl)
+	var names []string
+	if err == nil {
+		names, err = objectNames(l)
+	}
 	if err != nil {
 		cobra.CompDebugln("kemuctl: "+err.Error(), false)
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	return withPrefix(names, toComplete), cobra.ShellCompDirectiveNoFileComp
+}
+
+// objectNames are the names of a list's items.
+func objectNames(list runtime.Object) ([]string, error) {
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(items))
+	for _, o := range items {
+		a, err := meta.Accessor(o)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, a.GetName())
+	}
+	return names, nil
 }
 
 // withPrefix keeps the names starting with prefix, sorted.
