@@ -158,7 +158,8 @@ func serve(ctx context.Context, o *options) error {
 
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithNamespace(o.namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = nodeapi.AgentLabel }))
-	pods := factory.Core().V1().Pods()
+	// The lister registers the informer: before Start, or it never runs.
+	nodeAgentPods := factory.Core().V1().Pods().Lister().Pods(o.namespace)
 	// kemu-api's client certificate for the node agents; until it is
 	// issued, console, vnc and the guest reports answer 503.
 	identity := &nodeclient.Identity{}
@@ -176,7 +177,7 @@ func serve(ctx context.Context, o *options) error {
 
 	handler := &subresource.Handler{
 		Kemu:     kemu,
-		Nodes:    &nodeclient.Client{Pods: pods.Lister().Pods(o.namespace), Creds: identity},
+		Nodes:    &nodeclient.Client{Pods: nodeAgentPods, Creds: identity},
 		Version:  version,
 		Stopping: ctx.Done(),
 	}
