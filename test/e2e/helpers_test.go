@@ -535,6 +535,34 @@ func (c *console) waitFor(ctx context.Context, s string, timeout time.Duration) 
 	})
 }
 
+// runInShell types cmd into the console (a shell there: the guest's user
+// data started it, maybe not yet) every few seconds until want shows, for
+// at most timeout. The typed text is echoed; want must be what only the
+// command's output contains.
+func (c *console) runInShell(ctx context.Context, cmd, want string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := time.Time{}
+	return poll(ctx, 200*time.Millisecond, func() error {
+		if strings.Contains(c.out.String(), want) {
+			return nil
+		}
+		select {
+		case err := <-c.done:
+			c.done <- err
+			return fmt.Errorf("kemuctl console ended (%v) without %q; output:\n%s", err, want, tail(c.out.String(), 2000))
+		default:
+		}
+		if time.Since(last) > 5*time.Second {
+			last = time.Now()
+			if _, err := c.stdin.Write([]byte(cmd + "\n")); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("no %q on the console yet; output:\n%s", want, tail(c.out.String(), 500))
+	})
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return "…" + s[len(s)-n:]
