@@ -34,14 +34,7 @@ import (
 func TestAggregatedAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("%v (run make k8s)", err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	if err := c.InstallCRDs(); err != nil {
-		t.Fatal(err)
-	}
+	c := cluster.StartWithCRDs(ctx, t)
 	in, err := apiservertest.Start(ctx, c, apiservertest.Options{})
 	if err != nil {
 		t.Fatal(err)

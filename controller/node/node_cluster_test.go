@@ -31,14 +31,7 @@ import (
 func TestNodeController(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("%v (run make k8s)", err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	if err := c.InstallCRDs(); err != nil {
-		t.Fatal(err)
-	}
+	c := cluster.StartWithCRDs(ctx, t)
 	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
 

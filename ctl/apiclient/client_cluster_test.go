@@ -43,14 +43,7 @@ func (echoNodes) Get(context.Context, *v1.VirtualMachineInstance, string, any) e
 func TestStreamThroughKubeAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("%v (run make k8s)", err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	if err := c.InstallCRDs(); err != nil {
-		t.Fatal(err)
-	}
+	c := cluster.StartWithCRDs(ctx, t)
 	nodes := echoNodes{opened: make(chan string, 4)}
 	in, err := apiservertest.Start(ctx, c, apiservertest.Options{Nodes: nodes})
 	if err != nil {

@@ -33,14 +33,7 @@ import (
 func TestStartStopRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("%v (run make k8s)", err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	if err := c.InstallCRDs(); err != nil {
-		t.Fatal(err)
-	}
+	c := cluster.StartWithCRDs(ctx, t)
 	startKemuAPI(ctx, t, c, nil)
 	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
 	kemu := versioned.NewForConfigOrDie(c.RESTConfig())
