@@ -546,7 +546,10 @@ func TestInvalidTemplateAndDeletion(t *testing.T) {
 	ns := namespace(t)
 	newController(t, true)
 	bad := newVM(ns, "bad", v1.RunStrategyAlways)
-	bad.Spec.Template.Spec.Volumes = nil // the disk has no volume
+	// A CPU model QEMU would take as a request for its help text: the
+	// CRD's schema accepts it (its CEL rules refuse a disk without a
+	// volume), api/validation refuses it.
+	bad.Spec.Template.Spec.Domain.CPU = &v1.CPU{Model: "help"}
 	createVM(t, bad)
 	eventually(t, 30*time.Second, "Failure condition", func() bool {
 		c := condition(getVM(t, ns, "bad"), v1.VirtualMachineFailure)

@@ -593,22 +593,24 @@ func TestPodVanished(t *testing.T) {
 	}
 }
 
-// TestInvalidVMI: a VMI the API server accepts but api/validation refuses
-// (a disk without a volume) fails with a condition and an event naming the
-// field, and gets no Pod.
+// TestInvalidVMI: a VMI the API server accepts (no kemu-api webhook here)
+// but api/validation refuses (a CPU model QEMU would take as a request for
+// its help text; the CRD's CEL rules refuse a disk without a volume
+// already) fails with a condition and an event naming the field, and gets
+// no Pod.
 func TestInvalidVMI(t *testing.T) {
 	ns := newNamespace(t, "invalid")
 	startController(t, ns, nil)
 	x := newVMI("bad")
-	x.Spec.Domain.Devices.Disks = append(x.Spec.Domain.Devices.Disks, v1.Disk{Name: "data"})
+	x.Spec.Domain.CPU = &v1.CPU{Model: "help"}
 	createVMI(t, ns, x)
 	vmi := waitVMI(t, ns, "bad", "Failed", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Failed })
 	c := condition(vmi, v1.VirtualMachineInstanceSynchronized)
 	if vmi.Status.Reason != ReasonInvalidSpec || c == nil || c.Reason != ReasonInvalidSpec ||
-		!strings.Contains(c.Message, "spec.domain.devices.disks[1]") {
+		!strings.Contains(c.Message, "spec.domain.cpu.model") {
 		t.Errorf("reason %q condition %+v", vmi.Status.Reason, c)
 	}
-	waitEvent(t, ns, "bad", "Failed", "spec.domain.devices.disks[1]")
+	waitEvent(t, ns, "bad", "Failed", "spec.domain.cpu.model")
 	if pods := launcherPods(t, ns); len(pods) != 0 {
 		t.Errorf("%d pods for an invalid VMI", len(pods))
 	}

@@ -197,7 +197,7 @@ func TestKemuImages(t *testing.T) {
 		"kemu-launcher": {
 			{[]string{"kemu-launcher", "--help"}, 2, "Usage of kemu-launcher"},
 			{[]string{"/usr/bin/kemu-copy"}, 2, "usage: kemu-copy SRC... DSTDIR"},
-			{[]string{"kemuctl", "version"}, 0, "t1"},
+			{[]string{"kemuctl", "version", "--client"}, 0, "t1"},
 			{[]string{"qemu-system-x86_64", "--version"}, 0, "QEMU emulator version"},
 			{[]string{"qemu-img", "--version"}, 0, "qemu-img version"},
 			{[]string{"qemu-system-x86_64", "-accel", "help"}, 0, "tcg"},
