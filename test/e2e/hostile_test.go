@@ -142,8 +142,16 @@ spec:
 			{"hd-dotdot", ev.hostDisks + "/../../etc/shadow"},
 			{"hd-dir", "/etc"},
 		} {
-			if _, err := tenant(hostDiskVMI(c.name, c.path, "Disk"), "apply", "-f", "-"); err != nil {
-				t.Fatal(err)
+			// kemu-api's webhook refuses what validation alone can (a
+			// path that is not clean) at apply; the controller refuses
+			// the rest (the allowed directories are its configuration)
+			// before any Pod. Either way the field is named.
+			if out, err := tenant(hostDiskVMI(c.name, c.path, "Disk"), "apply", "-f", "-"); err != nil {
+				if !strings.Contains(err.Error(), "spec.volumes[1].hostDisk.path") {
+					t.Fatalf("%s: refused without naming the field: %v\n%s", c.path, err, out)
+				}
+				t.Logf("%s: refused at apply: %v", c.path, err)
+				continue
 			}
 			t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", c.name, "--ignore-not-found", "--wait=false") }) //nolint:errcheck // best effort
 			var vmi *v1.VirtualMachineInstance

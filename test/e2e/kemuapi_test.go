@@ -324,3 +324,89 @@ func blank(img image.Image) bool {
 	}
 	return true
 }
+
+// kemuAPIElsewhere makes sure a ready kemu-api replica runs on a node other
+// than node, before a test stops node: with both replicas there, kemu-api
+// (its webhooks, its subresources) would be down with it. Deleting one of
+// the replicas on node lets the scheduler place the new one away from the
+// other (the Deployment's preferred anti-affinity).
+func (ev *env) kemuAPIElsewhere(ctx context.Context, t testing.TB, node string) {
+	t.Helper()
+	elsewhere := func() (int, []corev1.Pod, error) {
+		pods, err := ev.kube.CoreV1().Pods(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: kemuAPISelector})
+		if err != nil {
+			return 0, nil, err
+		}
+		n, on := 0, []corev1.Pod(nil)
+		for _, p := range pods.Items {
+			switch {
+			case p.Spec.NodeName == node:
+				on = append(on, p)
+			case p.DeletionTimestamp == nil && podReady(&p):
+				n++
+			}
+		}
+		return n, on, nil
+	}
+	n, on, err := elsewhere()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 {
+		return
+	}
+	if len(on) == 0 {
+		t.Fatalf("no kemu-api replica anywhere")
+	}
+	ev.kubectl(t, "-n", kemuNS, "delete", "pod", on[0].Name, "--wait=false")
+	err = poll(ctx, 500*time.Millisecond, func() error {
+		n, _, err := elsewhere()
+		if err == nil && n == 0 {
+			err = fmt.Errorf("no ready kemu-api replica off node %s yet", node)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("moved a kemu-api replica off node %s", node)
+}
+
+// kemuAPIEndpointsOff waits until kemu-api's Service no longer sends
+// requests to a replica on node (a stopped node's Pods go unready once the
+// node controller sees the node gone) and one elsewhere is ready.
+func (ev *env) kemuAPIEndpointsOff(ctx context.Context, node string) error {
+	return poll(ctx, 500*time.Millisecond, func() error {
+		slices, err := ev.kube.DiscoveryV1().EndpointSlices(kemuNS).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kemu-api"})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				isReady := e.Conditions.Ready == nil || *e.Conditions.Ready
+				if e.NodeName != nil && *e.NodeName == node && isReady {
+					return fmt.Errorf("kemu-api's endpoint %v on node %s is still ready", e.Addresses, node)
+				}
+				if isReady {
+					ready++
+				}
+			}
+		}
+		if ready == 0 {
+			return fmt.Errorf("kemu-api has no ready endpoint")
+		}
+		return nil
+	})
+}
+
+const kemuAPISelector = "app.kubernetes.io/name=kemu-api"
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -225,6 +225,8 @@ func TestMigrationTargetNodeDown(t *testing.T) {
 	ev.waitCondition(ctx, t, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue, bootTimeout)
 	pid := qemuPid(ctx, t, name)
 
+	// kemu-api (the migrate subresource, the webhooks) must outlive b.
+	ev.kemuAPIElsewhere(ctx, t, b.Name)
 	if err := b.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +238,9 @@ func TestMigrationTargetNodeDown(t *testing.T) {
 			}
 		}
 	}()
+	if err := ev.kemuAPIEndpointsOff(ctx, b.Name); err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	ev.run(ctx, t, "migrate", name, "-n", ns)
 	m := ev.finalMigration(ctx, t, name, 5*time.Minute)

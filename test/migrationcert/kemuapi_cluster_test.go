@@ -13,6 +13,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -32,9 +33,9 @@ func kemuAPIRequest(cl kubernetes.Interface, usages []certificatesv1.KeyUsage) c
 // certificate from the controller's signer; a node agent asking for
 // ClientCommonName, and kemu-api asking for more, are denied.
 func testKemuAPIIdentity(ctx context.Context, t *testing.T, c *cluster.Cluster, admin, agentA kubernetes.Interface) {
-	// kemu-api's ServiceAccount with what it needs to ask (deploy/ is the
-	// lead's: the RBAC a kemu-api Deployment gets).
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: migrationca.KemuAPIServiceAccount}}, metav1.CreateOptions{}); err != nil {
+	// kemu-api's ServiceAccount (deploy/ makes it when the test applied
+	// it) with only what it needs to ask.
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: migrationca.KemuAPIServiceAccount}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-kemu-api-csr"}, Rules: []rbacv1.PolicyRule{
