@@ -150,7 +150,7 @@ spec:
 				if !strings.Contains(err.Error(), "spec.volumes[1].hostDisk.path") {
 					t.Fatalf("%s: refused without naming the field: %v\n%s", c.path, err, out)
 				}
-				t.Logf("%s: refused at apply: %v", c.path, err)
+				t.Logf("%s: refused at apply naming spec.volumes[1].hostDisk.path", c.path)
 				continue
 			}
 			t.Cleanup(func() { ev.c.Kubectl("-n", ns, "delete", "vmi", c.name, "--ignore-not-found", "--wait=false") }) //nolint:errcheck // best effort
