@@ -17,9 +17,10 @@ type FileMode string
 
 // guest-file-open modes kemu uses.
 const (
-	FileRead   FileMode = "r"
-	FileWrite  FileMode = "w"
-	FileAppend FileMode = "a"
+	FileRead      FileMode = "r"
+	FileWrite     FileMode = "w"
+	FileAppend    FileMode = "a"
+	FileReadWrite FileMode = "w+" // created or truncated, read and written
 )
 
 // FileOpen opens path in the guest and returns qemu-ga's handle.
