@@ -109,7 +109,7 @@ func (l *Launcher) CopyOut(ctx context.Context, src, dst string) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("launcher: copy-out: opening %s in the guest: %w", src, err)
 	}
-	n, err := copyOut(ctx, a, h, f)
+	n, err := copyOut(ctx, a, h, f, MaxCopySize)
 	_ = a.FileClose(ctx, h)
 	if err == nil {
 		err = f.Close()
@@ -126,16 +126,18 @@ func (l *Launcher) CopyOut(ctx context.Context, src, dst string) (int64, error) 
 	return n, nil
 }
 
-func copyOut(ctx context.Context, a *qmp.Agent, h int64, w io.Writer) (int64, error) {
+// copyOut reads the guest's handle h to w, failing with ErrCopyTooLarge
+// once more than limit bytes came.
+func copyOut(ctx context.Context, a *qmp.Agent, h int64, w io.Writer, limit int64) (int64, error) {
 	var total int64
 	for {
-		// One byte over the limit tells a file of MaxCopySize bytes from
-		// a larger one.
-		data, eof, err := a.FileRead(ctx, h, int(min(qmp.MaxFileChunk, MaxCopySize-total+1)))
+		// One byte over the limit tells a file of limit bytes from a
+		// larger one.
+		data, eof, err := a.FileRead(ctx, h, int(min(qmp.MaxFileChunk, limit-total+1)))
 		if err != nil {
 			return total, err
 		}
-		if total+int64(len(data)) > MaxCopySize {
+		if total+int64(len(data)) > limit {
 			return total, ErrCopyTooLarge
 		}
 		if _, err := w.Write(data); err != nil {
