@@ -31,7 +31,7 @@ func (l *Launcher) connect(ctx context.Context) error {
 		return err
 	}
 	if l.vmi.Spec.Domain.Devices.AutoattachSerialConsole == nil || *l.vmi.Spec.Domain.Devices.AutoattachSerialConsole {
-		if l.con, err = startConsole(cctx, l.paths.Serial, filepath.Join(l.cfg.Dir, "console.log"), l.cfg.ConsoleLogSize); err != nil {
+		if l.con, err = startConsole(cctx, l.paths.Serial, filepath.Join(l.cfg.Dir, "console.log"), l.cfg.ConsoleLogSize, l.cfg.ConsoleCopy); err != nil {
 			return fmt.Errorf("launcher: serial console: %w", err)
 		}
 	}

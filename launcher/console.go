@@ -23,6 +23,7 @@ type console struct {
 	c       net.Conn
 	logPath string
 	maxLog  int64
+	tee     io.Writer // Config.ConsoleCopy, or nil
 
 	mu      sync.Mutex
 	log     *os.File
@@ -31,7 +32,7 @@ type console struct {
 	done    chan struct{}
 }
 
-func startConsole(ctx context.Context, socket, logPath string, maxLog int64) (*console, error) {
+func startConsole(ctx context.Context, socket, logPath string, maxLog int64, tee io.Writer) (*console, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -42,7 +43,7 @@ func startConsole(ctx context.Context, socket, logPath string, maxLog int64) (*c
 		c.Close()
 		return nil, err
 	}
-	con := &console{c: c, logPath: logPath, maxLog: maxLog, log: f,
+	con := &console{c: c, logPath: logPath, maxLog: maxLog, tee: tee, log: f,
 		readers: map[chan []byte]struct{}{}, done: make(chan struct{})}
 	go con.pump()
 	return con, nil
@@ -59,6 +60,9 @@ func (c *console) pump() {
 			chunk := append([]byte(nil), buf[:n]...)
 			c.mu.Lock()
 			c.writeLog(chunk)
+			if c.tee != nil {
+				_, _ = c.tee.Write(chunk)
+			}
 			for r := range c.readers {
 				select {
 				case r <- chunk:

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -73,6 +74,10 @@ type Config struct {
 	Hooks []func(ctx context.Context, m *qmp.Monitor) error
 	// ConsoleLogSize bounds the serial console log (default 1 MiB).
 	ConsoleLogSize int64
+	// ConsoleCopy, when set, also receives the guest's serial output from
+	// the start, as it arrives (kemuctl run --serial-log). It is written by
+	// the console's reader: it must not block, and bounds itself.
+	ConsoleCopy io.Writer
 	// PodNetwork, when set, wires the VMI's pod-network interfaces in that
 	// network namespace with netsetup (taps, bridge, nftables, DHCP) and
 	// hands QEMU the tap fds; NICs must then be empty. Everything it made is

@@ -21,6 +21,7 @@ type Options struct {
 	timeout, agentTimeout              time.Duration
 	then                               []string
 	publish                            []string
+	serialLog, junit                   string
 }
 
 // NewCommand is kemuctl run.
@@ -40,14 +41,24 @@ host ports to the guest. containerDisk and kernelBoot images are read from
 oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry, cached.
 
 --then runs actions once the guest is up (after --wait-agent): pause, unpause,
-agent, shutdown, stop, sleep=DURATION.
+agent, shutdown, stop, sleep=DURATION, and the CI steps, through the guest
+agent: exec=COMMAND (run with /bin/sh -c in the guest, its stdout and stderr
+copied to kemuctl's as they arrive), copy-in=HOST:GUEST (the host file to the
+guest path) and copy-out=HOST:GUEST (the guest file to the host path; the host
+path comes first in both). exec=, copy-in= and copy-out= take the rest of
+their --then argument, commas included. A failed CI step does not stop the
+others; after the last step the guest is shut down (unless the last step is
+shutdown or stop). --junit writes a JUnit test case per exec, --serial-log
+the guest's serial console as it arrives.
 
 kemuctl shell on the printed launcher socket sends only read-only QMP
 commands (query-*) unless --allow-raw-qmp is given, which also keeps QEMU's
 second QMP socket for a debugging client.
 
-Exit status: 0 the guest powered off; 1 failed to start or crashed; 2 bad
-input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
+Exit status: 0 the guest powered off (and every CI step passed); 1 failed to
+start or crashed, or a CI step failed (an exec exited non-zero or could not
+run, a copy failed); 2 bad input; 3 stopped by the host (grace period over,
+--timeout, second Ctrl-C, a failed non-CI action).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runVMI(cmd, args[0], o)
@@ -64,7 +75,9 @@ input; 3 stopped by the host (grace period over, --timeout, second Ctrl-C).`,
 	f.BoolVar(&o.waitAgent, "wait-agent", false, "wait for the guest agent to answer")
 	f.DurationVar(&o.agentTimeout, "agent-timeout", 3*time.Minute, "how long --wait-agent waits")
 	f.DurationVar(&o.timeout, "timeout", 0, "shut the VM down gracefully after this long (0: never)")
-	f.StringSliceVar(&o.then, "then", nil, "actions after start: pause, unpause, agent, shutdown, stop, sleep=DURATION")
+	f.Var(thenValue{&o.then}, "then", "actions after start: pause, unpause, agent, shutdown, stop, sleep=DURATION, exec=COMMAND, copy-in=HOST:GUEST, copy-out=HOST:GUEST")
+	f.StringVar(&o.serialLog, "serial-log", "", "write the guest's serial console to this file as it arrives")
+	f.StringVar(&o.junit, "junit", "", "write a JUnit report of the --then exec steps to this file")
 	f.BoolVar(&o.noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (hosts without cgroup2)")
 	f.StringSliceVar(&o.publish, "publish", nil, "forward a host port to the guest: [ADDR:]HOSTPORT:GUESTPORT[/udp]")
 	f.BoolVar(&o.allowRawQMP, launcherpod.FlagAllowRawQMP, false, "debugging: let kemuctl shell send any QMP command and keep QEMU's second QMP socket (default: read-only commands, no second socket)")

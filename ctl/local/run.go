@@ -54,12 +54,27 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 			return cmdserver.RemoveDebugQMP(ctx, m, l.DebugQMPSocket())
 		})
 	}
-	l, err = launcher.New(launcher.Config{
+	cfg := launcher.Config{
 		VMI: vmi, Dir: dir, ImageCache: o.imageCache, BaseDir: cwd, Accel: o.accel, NICs: nics,
 		KVMProbe:       kvm.Options{Kernel: o.probeKernel, Initrd: o.probeInitrd, CacheFile: o.probeCache},
 		NoDeviceCgroup: o.noDeviceCgroup,
 		Hooks:          hooks,
-	})
+	}
+	if o.serialLog != "" {
+		sl, err := openSerialLog(o.serialLog)
+		if err != nil {
+			os.RemoveAll(dir)
+			fmt.Fprintln(cmd.ErrOrStderr(), err)
+			return cli.ExitError{Code: 2}
+		}
+		defer func() {
+			if err := sl.Close(); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+			}
+		}()
+		cfg.ConsoleCopy = sl
+	}
+	l, err = launcher.New(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
@@ -145,16 +160,33 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 		go attachConsole(l, cmd.InOrStdin(), out)
 	}
 
-	// --then's actions; a failed one stops QEMU at once.
+	// --then's actions; a failed one stops QEMU at once, except a CI step
+	// (exec, copy-in, copy-out): those all run and the guest is shut down
+	// after them. The steps end when the VM does.
 	stops := make(chan error, 1)
+	shutdowns := make(chan string, 1)
+	shutdown := func(why string) {
+		select {
+		case shutdowns <- why:
+		default: // one is pending already
+		}
+	}
+	actx, cancelActions := context.WithCancel(ctx)
+	actionsDone := make(chan struct{})
+	var steps stepsResult
 	go func() {
-		if err := runActions(ctx, l, o, say); err != nil {
+		defer close(actionsDone)
+		var err error
+		steps, err = runActions(actx, l, o, say, out, cmd.ErrOrStderr())
+		switch {
+		case err != nil:
 			stops <- err
+		case steps.shutdown:
+			shutdown("--then steps done")
 		}
 	}()
-	shutdowns := make(chan string, 1)
 	if o.timeout > 0 {
-		t := time.AfterFunc(o.timeout, func() { shutdowns <- "--timeout reached" })
+		t := time.AfterFunc(o.timeout, func() { shutdown("--timeout reached") })
 		defer t.Stop()
 	}
 	grace := time.Duration(*l.VMI().Spec.TerminationGracePeriodSeconds) * time.Second
@@ -173,6 +205,12 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 		Killing:        func(os.Signal) { say("second signal: stopping QEMU now") },
 	})
 	say("ended: %s", r.Domain)
+	cancelActions()
+	<-actionsDone
+	if r.Exit == signals.ExitPoweredOff && steps.failed > 0 {
+		say("%d CI step(s) failed", steps.failed)
+		return cli.ExitError{Code: ExitStepFailed}
+	}
 	if r.Exit == signals.ExitPoweredOff {
 		return nil
 	}

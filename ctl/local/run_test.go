@@ -28,12 +28,14 @@ func TestParsePublish(t *testing.T) {
 }
 
 func TestCheckAction(t *testing.T) {
-	for _, ok := range []string{"pause", "unpause", "agent", "shutdown", "stop", "sleep=2s"} {
+	for _, ok := range []string{"pause", "unpause", "agent", "shutdown", "stop", "sleep=2s",
+		"exec=uname -a", "exec=printf 'a,b'", "copy-in=x.txt:/tmp/x", "copy-out=out/x:/tmp/x"} {
 		if err := checkAction(ok); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"reboot", "sleep=soon", ""} {
+	for _, bad := range []string{"reboot", "sleep=soon", "", "exec=", "exec= ", "copy-in=x", "copy-in=:/tmp/x",
+		"copy-out=x:", "copy-out=x:tmp/rel"} {
 		if err := checkAction(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
