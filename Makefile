@@ -30,12 +30,14 @@ generate: deps
 verify-generated: deps
 	@bash hack/verify-codegen.sh
 
-## lint: gofmt, go vet, staticcheck (all build tags)
+## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps
 lint: deps
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet -tags '$(TEST_TAGS)' ./...
 	$(TOOLS)/staticcheck -tags '$(TEST_TAGS)' ./...
+	$(TOOLS)/actionlint -shellcheck shellcheck
+	$(GO) run ./hack/actionshell action.yml
 
 ## testguest: the guest every QEMU test boots (_out/testguest)
 testguest: deps

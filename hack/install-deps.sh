@@ -10,6 +10,7 @@ APT_PACKAGES=(
 	busybox-static qemu-guest-agent cpio kmod # the test guest's userland and initramfs
 	syslinux syslinux-common syslinux-efi mtools dosfstools fdisk # the test guest's bootable disk, no loop mounts
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
+	shellcheck                                # make lint: actionlint's and action.yml's shell steps
 	protobuf-compiler                         # protoc, for the launcher's command server API
 	containerd runc containernetworking-plugins iptables # test/cluster's node (kubelet's runtime, CNI bridge)
 )
@@ -24,6 +25,7 @@ GO_TOOLS=(
 	"google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
 	"google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
 	"github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
+	"github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }
