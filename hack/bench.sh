@@ -58,6 +58,8 @@ section qmp "QMP: query-status round trip vs a raw socket, event fan-out (real Q
 	go test -tags qemu -run '^$' -bench . -benchmem -count 3 -timeout 20m ./qmp/
 section launcher "Launcher: start latency (exec -> running, excluding guest boot) and launcher RSS with one VM" \
 	go test -tags qemu -run '^$' -bench 'Start|LauncherRSS' -benchtime 10x -timeout 20m ./launcher/
+section ci-step "CI step: kemuctl run of the test guest to exit (TCG), wait for the agent and shut down (baseline) vs. issue 19's step: exec uname -a, exec false, --junit, --serial-log (wall time of the kemuctl process)" \
+	go test -tags qemu -run '^$' -bench BenchmarkCIStep -benchtime 1x -timeout 20m ./cmd/kemuctl/
 section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, VMIs Scheduling (real etcd + kube-apiserver; restart=true replaces the controller halfway)" \
 	go test -tags cluster -run '^$' -bench BenchmarkBurst200 -benchtime 1x -timeout 20m ./controller/vmi/
 section images "Images: make images (kemu-launcher, kemu-controller, kemu-api, kemu-nodeagent as OCI archives, warm Go build cache); compressed and unpacked sizes" \

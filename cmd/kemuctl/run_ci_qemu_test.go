@@ -31,8 +31,8 @@ type timedLine struct {
 
 // kemuctlRunToEnd runs `kemuctl run` on the example VMI with extra flags
 // until it exits (within limit) and returns its exit status and output,
-// each line with the time it arrived.
-func kemuctlRunToEnd(t *testing.T, limit time.Duration, extra ...string) (int, string, []timedLine) {
+// each line with the time it arrived, and how long the process ran.
+func kemuctlRunToEnd(t testing.TB, limit time.Duration, extra ...string) (int, string, []timedLine, time.Duration) {
 	t.Helper()
 	root, err := testguest.RepoRoot()
 	if err != nil {
@@ -52,6 +52,7 @@ func kemuctlRunToEnd(t *testing.T, limit time.Duration, extra ...string) (int, s
 		t.Fatal(err)
 	}
 	cmd.Stderr = cmd.Stdout
+	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,16 +66,17 @@ func kemuctlRunToEnd(t *testing.T, limit time.Duration, extra ...string) (int, s
 		out.WriteString(sc.Text() + "\n")
 	}
 	err = cmd.Wait()
+	took := time.Since(t0)
 	t.Logf("kemuctl %s:\n%s", strings.Join(args, " "), out.String())
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, out.String(), lines
+		return 0, out.String(), lines, took
 	case errors.As(err, &ee):
-		return ee.ExitCode(), out.String(), lines
+		return ee.ExitCode(), out.String(), lines, took
 	}
 	t.Fatal(err)
-	return -1, "", nil
+	return -1, "", nil, 0
 }
 
 // arrived returns when the line text arrived.
@@ -95,7 +97,7 @@ func arrived(t *testing.T, lines []timedLine, text string) time.Time {
 func TestRunCIExecStepFailing(t *testing.T) {
 	tmp := t.TempDir()
 	junit, serial := filepath.Join(tmp, "out.xml"), filepath.Join(tmp, "boot.log")
-	code, out, _ := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent", "--then", "exec=uname -a", "--then", "exec=false",
+	code, out, _, _ := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent", "--then", "exec=uname -a", "--then", "exec=false",
 		"--junit", junit, "--serial-log", serial)
 	if code != local.ExitStepFailed {
 		t.Fatalf("exit status %d, want %d", code, local.ExitStepFailed)
@@ -142,7 +144,7 @@ func TestRunCIExecStepFailing(t *testing.T) {
 
 // Every exec passing: exit 0.
 func TestRunCIExecPassing(t *testing.T) {
-	code, _, _ := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent", "--then", "exec=true")
+	code, _, _, _ := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent", "--then", "exec=true")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -173,7 +175,7 @@ func TestRunCICopyRoundTripAndStreaming(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
-	code, out, lines := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent",
+	code, out, lines, _ := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent",
 		"--then", "copy-in="+text+":/tmp/hello.txt", "--then", "exec=cat /tmp/hello.txt",
 		"--then", "copy-in="+in+":/tmp/data.bin", "--then", "exec=sha256sum /tmp/data.bin",
 		"--then", "copy-out="+back+":/tmp/data.bin",
