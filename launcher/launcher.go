@@ -94,9 +94,12 @@ type Config struct {
 // (connect.go), resume (runstate.go); Start and StartIncoming compose them.
 // The domain's state is written only by the state machine (state.go).
 type Launcher struct {
-	cfg   Config
-	vmi   *v1.VirtualMachineInstance
-	state *domainState
+	// accelReason is why the KVM probe chose the accelerator ("" when
+	// Config.Accel forced it).
+	accelReason string
+	cfg         Config
+	vmi         *v1.VirtualMachineInstance
+	state       *domainState
 
 	// Prepare's results.
 	accel    string
@@ -250,3 +253,7 @@ func (l *Launcher) timed(name string, step func() error) error {
 	}
 	return err
 }
+
+// AccelReason says why the accelerator was chosen: the KVM probe's verdict,
+// or "" when Config.Accel forced it.
+func (l *Launcher) AccelReason() string { return l.accelReason }

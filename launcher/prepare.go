@@ -87,6 +87,10 @@ func (l *Launcher) chooseAccel(ctx context.Context) string {
 		accel = "kvm"
 	}
 	klog.InfoS("Accelerator chosen", "accel", accel, "kvmProbe", v.Reason, "cached", v.Cached)
+	l.accelReason = v.Reason
+	if v.Cached {
+		l.accelReason += " (cached verdict)"
+	}
 	l.state.handle(event{kind: evAccel, accel: accel})
 	return accel
 }

@@ -110,6 +110,12 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 	}
 	d := l.Domain()
 	say("QEMU pid %d, accelerator %s, runtime dir %s", d.PID, d.Accel, dir)
+	switch why := l.AccelReason(); {
+	case why != "" && d.Accel == "tcg":
+		say("KVM not used, the guest runs under TCG (software emulation, slower): %s", why)
+	case why != "":
+		say("KVM used: %s", why)
+	}
 	if cg := l.DeviceCgroup(); cg != "" {
 		say("QEMU's devices confined by cgroup %s", cg)
 	} else {
