@@ -36,6 +36,16 @@ const (
 	ConditionWaitingForLimits = "WaitingForLimits"
 )
 
+// vmiStateRefusal says whether reason comes from the VMI's own state (the
+// part a lagging cache can get wrong for a new migration).
+func vmiStateRefusal(reason string) bool {
+	switch reason {
+	case ReasonVMINotFound, ReasonVMIFinal, ReasonVMINotRunning, ReasonVMINotMigratable:
+		return true
+	}
+	return false
+}
+
 // refusal says why a migration must not start (or go on waiting), "" when
 // it may: the VMI missing, final, not Running, not LiveMigratable=True,
 // or already migrating — another migration of it that is past Pending (or

@@ -72,6 +72,21 @@ func (c *Controller) syncNew(ctx context.Context, m *v1.VirtualMachineInstanceMi
 	c.admit.Lock() // holdsPod reads inflight
 	reason, msg := refusal(m, vmi, others, c.holdsPod)
 	c.admit.Unlock()
+	if reason != "" && vmiStateRefusal(reason) {
+		// Refusing is final: judge the VMI as the API server has it, not
+		// as a cache that may lag (a migration created right after its VMI
+		// turned Running).
+		live, err := c.cfg.KemuClient.KemuV1alpha1().VirtualMachineInstances(m.Namespace).Get(ctx, m.Spec.VMIName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			live = nil
+		case err != nil:
+			return err
+		}
+		c.admit.Lock()
+		reason, msg = refusal(m, live, others, c.holdsPod)
+		c.admit.Unlock()
+	}
 	if reason != "" {
 		return c.fail(ctx, m, reason, msg)
 	}
