@@ -10,6 +10,7 @@ APT_PACKAGES=(
 	busybox-static qemu-guest-agent cpio kmod # the test guest's userland and initramfs
 	syslinux syslinux-common syslinux-efi mtools dosfstools fdisk # the test guest's bootable disk, no loop mounts
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
+	binutils                                  # as, ld: the KVM probe guests (devices/kvm/guest)
 	shellcheck                                # make lint: actionlint's and action.yml's shell steps
 	protobuf-compiler                         # protoc, for the launcher's command server API
 	containerd runc containernetworking-plugins iptables # test/cluster's node (kubelet's runtime, CNI bridge)

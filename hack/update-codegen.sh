@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates every generated file: deepcopy, CRDs, clientset, listers, informers.
+# Regenerates every generated file: deepcopy, CRDs, clientset, listers, informers,
+# the launcher API, the KVM probe guests.
 # Running it twice changes nothing. Tools come from hack/install-deps.sh (pinned).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,3 +31,6 @@ PATH="$bin:$PATH" protoc --proto_path=launcher/rpc \
 	--go_out=launcher/rpc --go_opt=paths=source_relative \
 	--go-grpc_out=launcher/rpc --go-grpc_opt=paths=source_relative \
 	launcher/rpc/launcher.proto
+
+# The KVM probe's guests (a boot sector and a static /init), embedded by devices/kvm.
+bash devices/kvm/guest/build.sh

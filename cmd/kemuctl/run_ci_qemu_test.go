@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,8 @@ type timedLine struct {
 
 // kemuctlRunToEnd runs `kemuctl run` on the example VMI with extra flags
 // until it exits (within limit) and returns its exit status and output,
-// each line with the time it arrived, and how long the process ran.
+// each line with the time it arrived, and how long the process ran. It runs
+// under TCG unless extra holds probeKVM.
 func kemuctlRunToEnd(t testing.TB, limit time.Duration, extra ...string) (int, string, []timedLine, time.Duration) {
 	t.Helper()
 	root, err := testguest.RepoRoot()
@@ -44,7 +46,7 @@ func kemuctlRunToEnd(t testing.TB, limit time.Duration, extra ...string) (int, s
 	}
 	dir := testguest.TempDir(t, "kemu-run-") // QEMU (uid 107) must traverse it
 	args := append([]string{"run", "--accel", "tcg", "--dir", filepath.Join(dir, "run"),
-		"--image-cache", filepath.Join(dir, "cache")}, extra...)
+		"--image-cache", filepath.Join(dir, "cache"), "--kvm-probe-cache", filepath.Join(dir, "kvm-probe.json")}, extra...)
 	cmd := exec.Command(bin, append(args, "examples/vmi-testguest.yaml")...)
 	cmd.Dir = root
 	pipe, err := cmd.StdoutPipe()
@@ -79,6 +81,11 @@ func kemuctlRunToEnd(t testing.TB, limit time.Duration, extra ...string) (int, s
 	return -1, "", nil, 0
 }
 
+// probeKVM (the last --accel wins) makes kemuctl probe KVM as it does when
+// installed: no --accel and no --kvm-probe-kernel, so nothing from this
+// repository's _out/.
+const probeKVM = "--accel="
+
 // arrived returns when the line text arrived.
 func arrived(t *testing.T, lines []timedLine, text string) time.Time {
 	t.Helper()
@@ -91,16 +98,20 @@ func arrived(t *testing.T, lines []timedLine, text string) time.Time {
 	return time.Time{}
 }
 
-// The issue's CI step: two execs, one failing; kemuctl runs both, shuts the
-// guest down, exits 1; the JUnit file has both cases (one failed), the
-// serial log the guest's boot.
+// The issue's CI step, as its command has it (KVM probed, so KVM where it
+// works): two execs, one failing; kemuctl runs both, shuts the guest down,
+// exits 1; the JUnit file has both cases (one failed), the serial log the
+// guest's boot; one line says which accelerator and why.
 func TestRunCIExecStepFailing(t *testing.T) {
 	tmp := t.TempDir()
 	junit, serial := filepath.Join(tmp, "out.xml"), filepath.Join(tmp, "boot.log")
-	code, out, _, _ := kemuctlRunToEnd(t, 6*time.Minute, "--wait-agent", "--then", "exec=uname -a", "--then", "exec=false",
+	code, out, _, _ := kemuctlRunToEnd(t, 6*time.Minute, probeKVM, "--wait-agent", "--then", "exec=uname -a", "--then", "exec=false",
 		"--junit", junit, "--serial-log", serial)
 	if code != local.ExitStepFailed {
 		t.Fatalf("exit status %d, want %d", code, local.ExitStepFailed)
+	}
+	if !strings.Contains(out, "KVM used: ") && !regexp.MustCompile(`KVM not used, the guest runs under TCG \(software emulation, slower\): .*(built-in probe guest|the host's kernel)`).MatchString(out) {
+		t.Errorf("no line saying which accelerator the KVM probe chose, with which guest")
 	}
 	if !strings.Contains(out, "Linux testguest") {
 		t.Errorf("uname -a's output not streamed to kemuctl's")

@@ -2,16 +2,14 @@
 //
 // /dev/kvm existing is not enough: on a nested "kvm-pvm" host the device
 // opens and QEMU accepts accel=kvm, yet a Linux guest hangs forever. So the
-// probe boots a tiny Linux guest (the test guest's kernel and initramfs)
-// under KVM and waits for it to say it is ready; the verdict is cached with
-// the host kernel, the QEMU version and the probe guest it was made with.
+// probe boots a guest under KVM and waits for it to say it is ready (see
+// chooseGuest for which guest); the verdict is cached with the host, its
+// kernel, the QEMU version and the probe guest it was made with.
 package kvm
 
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +38,8 @@ type Options struct {
 	// QEMU is the emulator binary (default qemu-system-x86_64).
 	QEMU string
 	// Kernel and Initrd are the probe guest (kemu's test guest: its init
-	// prints "KEMU-GUEST ready").
+	// prints "KEMU-GUEST ready"); "" = the host's kernel with a generated
+	// initramfs, else the built-in guest (chooseGuest).
 	Kernel, Initrd string
 	// Device is the KVM device (default /dev/kvm).
 	Device string
@@ -48,6 +47,10 @@ type Options struct {
 	Timeout time.Duration
 	// CacheFile keeps the verdict; "" = no cache.
 	CacheFile string
+
+	// accel and cpu replace kvm and host: tests boot the probe guests under
+	// TCG to prove they run.
+	accel, cpu string
 }
 
 // Verdict is the probe's answer.
@@ -62,6 +65,37 @@ type Verdict struct {
 
 // Probe returns whether KVM works, from the cache when its key matches.
 func Probe(ctx context.Context, o Options) Verdict {
+	o = withDefaults(o)
+	if reason := openDevice(o.Device); reason != "" {
+		return Verdict{Reason: reason, CheckedAt: time.Now()}
+	}
+	dir, err := os.MkdirTemp("", "kemu-kvm-probe-")
+	if err != nil {
+		return Verdict{Reason: fmt.Sprintf("probe guest: %v", err), CheckedAt: time.Now()}
+	}
+	defer os.RemoveAll(dir)
+	g, err := chooseGuest(o, dir)
+	if err != nil {
+		return Verdict{Reason: err.Error(), CheckedAt: time.Now()}
+	}
+	key, err := cacheKey(ctx, o, g)
+	if err != nil {
+		return Verdict{Reason: err.Error(), CheckedAt: time.Now()}
+	}
+	if v, ok := readCache(o.CacheFile, key); ok {
+		return v
+	}
+	start := time.Now()
+	v := boot(ctx, o, g)
+	v.Key, v.CheckedAt, v.Took = key, start, time.Since(start).Round(time.Millisecond).String()
+	klog.InfoS("KVM probe", "usable", v.Usable, "reason", v.Reason, "took", v.Took)
+	if ctx.Err() == nil {
+		writeCache(o.CacheFile, v)
+	}
+	return v
+}
+
+func withDefaults(o Options) Options {
 	if o.QEMU == "" {
 		o.QEMU = "qemu-system-x86_64"
 	}
@@ -71,24 +105,7 @@ func Probe(ctx context.Context, o Options) Verdict {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if reason := openDevice(o.Device); reason != "" {
-		return Verdict{Reason: reason, CheckedAt: time.Now()}
-	}
-	key, err := cacheKey(ctx, o)
-	if err != nil {
-		return Verdict{Reason: err.Error(), CheckedAt: time.Now()}
-	}
-	if v, ok := readCache(o.CacheFile, key); ok {
-		return v
-	}
-	start := time.Now()
-	v := boot(ctx, o)
-	v.Key, v.CheckedAt, v.Took = key, start, time.Since(start).Round(time.Millisecond).String()
-	klog.InfoS("KVM probe", "usable", v.Usable, "reason", v.Reason, "took", v.Took)
-	if ctx.Err() == nil {
-		writeCache(o.CacheFile, v)
-	}
-	return v
+	return o
 }
 
 // openDevice checks that the KVM device opens and speaks API version 12.
@@ -110,23 +127,16 @@ func openDevice(dev string) string {
 }
 
 // boot starts the probe guest under KVM and waits for its ready marker.
-func boot(ctx context.Context, o Options) Verdict {
-	for _, f := range []string{o.Kernel, o.Initrd} {
-		if f == "" {
-			return Verdict{Reason: "no probe guest configured (kernel and initrd)"}
-		}
-		if _, err := os.Stat(f); err != nil {
-			return Verdict{Reason: fmt.Sprintf("probe guest: %v", err)}
-		}
+func boot(ctx context.Context, o Options, g guest) Verdict {
+	accel, cpu := "kvm", "host"
+	if o.accel != "" {
+		accel, cpu = o.accel, o.cpu
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cmd := exec.Command(o.QEMU,
-		"-machine", "q35,accel=kvm", "-cpu", "host", "-m", "128", "-smp", "1",
-		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-kernel", o.Kernel, "-initrd", o.Initrd,
-		"-append", "console=ttyS0 quiet panic=-1 kemu.tick=0 kemu.agent=0 kemu.dhcp=0",
-		"-serial", "stdio")
+	args := append([]string{"-machine", "q35,accel=" + accel, "-cpu", cpu, "-m", "256", "-smp", "1",
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio"}, g.args...)
+	cmd := exec.Command(o.QEMU, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -142,6 +152,7 @@ func boot(ctx context.Context, o Options) Verdict {
 		_ = cmd.Wait()
 	}()
 	ready := make(chan bool, 1)
+	console := &lockedBuffer{}
 	go func() {
 		s := bufio.NewScanner(out)
 		s.Buffer(make([]byte, 64<<10), 1<<20)
@@ -151,17 +162,24 @@ func boot(ctx context.Context, o Options) Verdict {
 				_, _ = io.Copy(io.Discard, out)
 				return
 			}
+			console.set(s.Text())
 		}
 		ready <- false
 	}()
 	select {
 	case ok := <-ready:
 		if ok {
-			return Verdict{Usable: true, Reason: "a Linux guest booted under KVM"}
+			return Verdict{Usable: true, Reason: g.desc + " booted under " + strings.ToUpper(accel)}
 		}
-		return Verdict{Reason: fmt.Sprintf("QEMU under KVM exited before the guest was ready: %s", lastLine(stderr.String()))}
+		return Verdict{Reason: fmt.Sprintf("QEMU under %s exited before %s was ready: %s",
+			strings.ToUpper(accel), g.desc, lastLine(stderr.String()))}
 	case <-ctx.Done():
-		return Verdict{Reason: fmt.Sprintf("a Linux guest under KVM was not ready within %s (KVM present but not working, e.g. a nested host)", o.Timeout)}
+		last := ""
+		if l := console.String(); l != "" {
+			last = fmt.Sprintf("; its last console line: %q", l)
+		}
+		return Verdict{Reason: fmt.Sprintf("%s under %s was not ready within %s (KVM present but not working, e.g. a nested host)%s",
+			g.desc, strings.ToUpper(accel), o.Timeout, last)}
 	}
 }
 
@@ -176,8 +194,10 @@ func lastLine(s string) string {
 	return s
 }
 
-// cacheKey names what a verdict depends on.
-func cacheKey(ctx context.Context, o Options) (string, error) {
+// cacheKey names what a verdict depends on: the host (a cache restored on
+// another runner must not carry its verdict over), its kernel, QEMU and the
+// probe guest.
+func cacheKey(ctx context.Context, o Options, g guest) (string, error) {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return "", err
@@ -186,16 +206,24 @@ func cacheKey(ctx context.Context, o Options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s --version: %w", o.QEMU, err)
 	}
-	h := sha256.New()
-	for _, f := range []string{o.Kernel, o.Initrd} {
-		st, err := os.Stat(f)
-		if err == nil {
-			fmt.Fprintf(h, "%s:%d:%d;", f, st.Size(), st.ModTime().UnixNano())
+	first, _, _ := strings.Cut(string(ver), "\n")
+	return fmt.Sprintf("host=%s kernel=%s qemu=%q guest=%s", hostID(unix.ByteSliceToString(u.Nodename[:])),
+		unix.ByteSliceToString(u.Release[:]), first, g.key), nil
+}
+
+// hostID is the host's name, machine ID and CPU model, hashed.
+func hostID(nodename string) string {
+	id, _ := os.ReadFile("/etc/machine-id")
+	cpu := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = l
+				break
+			}
 		}
 	}
-	first, _, _ := strings.Cut(string(ver), "\n")
-	return fmt.Sprintf("kernel=%s qemu=%q guest=%s", unix.ByteSliceToString(u.Release[:]), first,
-		hex.EncodeToString(h.Sum(nil))[:12]), nil
+	return hash([]byte(nodename + "\n" + strings.TrimSpace(string(id)) + "\n" + cpu))
 }
 
 func readCache(path, key string) (Verdict, bool) {
@@ -243,6 +271,14 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+// set replaces the content (the probe keeps the guest's last line).
+func (l *lockedBuffer) set(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
+	l.b.WriteString(s)
 }
 
 func (l *lockedBuffer) String() string {
