@@ -43,10 +43,13 @@ func TestPodStartFailures(t *testing.T) {
 		}
 	}
 
-	// InvalidImageName (what the kubelet reports for `kemu.local/Bad Name`):
-	// Failed with the reason within a sync, and the Pod goes.
-	const badImage = "kemu.local/Bad Name"
-	const parseErr = `Failed to apply default image tag "kemu.local/Bad Name": couldn't parse image name "kemu.local/Bad Name": invalid reference format`
+	// InvalidImageName (what the kubelet reports for a reference that does
+	// not parse, such as an upper-case repository; api/validation refuses
+	// only white space and control characters): Failed with the reason
+	// within a sync, and the Pod goes.
+	const badImage = "kemu.local/BadName:latest"
+	const parseErr = `Failed to apply default image tag "kemu.local/BadName:latest": couldn't parse image name ` +
+		`"kemu.local/BadName:latest": invalid reference format: repository name (BadName) must be lowercase`
 	vmi := scheduled("invalid")
 	pod := vmi.Status.LauncherPod
 	setPodStatus(t, ns, pod, func(s *corev1.PodStatus) {

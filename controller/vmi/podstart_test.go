@@ -26,9 +26,9 @@ func TestPodStartFailure(t *testing.T) {
 		wantPermanent bool
 		wantInMsg     []string
 	}{
-		{"invalid image name: permanent", []corev1.ContainerStatus{waiting("container-disk-0", "kemu.local/Bad Name", WaitingInvalidImageName,
-			`Failed to apply default image tag "kemu.local/Bad Name": couldn't parse image name`)}, nil,
-			true, WaitingInvalidImageName, true, []string{"container-disk-0", "kemu.local/Bad Name", "couldn't parse"}},
+		{"invalid image name: permanent", []corev1.ContainerStatus{waiting("container-disk-0", "kemu.local/BadName:latest", WaitingInvalidImageName,
+			`Failed to apply default image tag "kemu.local/BadName:latest": couldn't parse image name`)}, nil,
+			true, WaitingInvalidImageName, true, []string{"container-disk-0", "kemu.local/BadName:latest", "couldn't parse"}},
 		{"never pull: permanent", nil, []corev1.ContainerStatus{waiting("compute", "img", WaitingErrImageNeverPull, "not present")},
 			true, WaitingErrImageNeverPull, true, []string{"compute", "not present"}},
 		{"pull error: transient", []corev1.ContainerStatus{waiting("container-disk-0", "img", WaitingErrImagePull, "manifest unknown")}, nil,
