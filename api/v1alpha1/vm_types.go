@@ -17,6 +17,9 @@ import (
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.printableStatus`
 // +kubebuilder:printcolumn:name="Ready",type=boolean,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Live-Migratable",type=string,JSONPath=`.status.conditions[?(@.type=='LiveMigratable')].status`,priority=1
+// +kubebuilder:printcolumn:name="Paused",type=string,JSONPath=`.status.conditions[?(@.type=='Paused')].status`,priority=1
+// +kubebuilder:printcolumn:name="Agent-Connected",type=string,JSONPath=`.status.conditions[?(@.type=='AgentConnected')].status`,priority=1
 type VirtualMachine struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

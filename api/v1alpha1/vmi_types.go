@@ -21,6 +21,11 @@ import (
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.interfaces[0].ipAddress`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=='Ready')].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Live-Migratable",type=string,JSONPath=`.status.conditions[?(@.type=='LiveMigratable')].status`,priority=1
+// +kubebuilder:printcolumn:name="Paused",type=string,JSONPath=`.status.conditions[?(@.type=='Paused')].status`,priority=1
+// +kubebuilder:printcolumn:name="Agent-Connected",type=string,JSONPath=`.status.conditions[?(@.type=='AgentConnected')].status`,priority=1
+// +kubebuilder:printcolumn:name="Guest-OS",type=string,JSONPath=`.status.guestOSInfo.prettyName`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 type VirtualMachineInstance struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -28,20 +28,16 @@ const (
 // while it is not True (KubeVirt does the same).
 const ConditionPodScheduled = v1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
 
-// imageErrors are the container waiting reasons surfaced as Synchronized
-// False while the VMI waits (the kubelet keeps retrying them).
-var imageErrors = map[string]bool{
-	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
-	"ErrImageNeverPull": true, "RegistryUnavailable": true,
-}
-
 // ownSynchronizedReasons are the Synchronized reasons this controller sets
-// and may clear; the node agent's are left alone.
-var ownSynchronizedReasons = map[string]bool{
-	ReasonInvalidSpec: true, ReasonFailedCreate: true, ReasonPVCNotFound: true,
-	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
-	"ErrImageNeverPull": true, "RegistryUnavailable": true,
-}
+// and may clear (its own and podStartFailures'); the node agent's are left
+// alone.
+var ownSynchronizedReasons = func() map[string]bool {
+	own := map[string]bool{ReasonInvalidSpec: true, ReasonFailedCreate: true, ReasonPVCNotFound: true}
+	for reason := range podStartFailures {
+		own[reason] = true
+	}
+	return own
+}()
 
 // updateStatus applies mutate to the VMI and writes the status through the
 // status subresource if it changed. mutate only touches the fields the
@@ -54,6 +50,9 @@ func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineIns
 		return err
 	}
 	c.written.Record(vmi.Namespace+"/"+vmi.Name, res.Before.ResourceVersion)
+	for _, cond := range problemEvents(res.Before, res.After) {
+		c.cfg.Recorder.Event(res.After, corev1.EventTypeWarning, cond.Reason, cond.Message)
+	}
 	if from, to := res.Before.Status.Phase, res.After.Status.Phase; from != to {
 		typ := corev1.EventTypeNormal
 		if to == v1.Failed {
@@ -95,7 +94,7 @@ func removeOwnSynchronized(vmi *v1.VirtualMachineInstance) {
 
 // mirrorPodConditions: PodScheduled while the Pod is not scheduled (with
 // the scheduler's reason and message), Synchronized False while a container
-// image cannot be pulled.
+// cannot start (podStartFailure: the kubelet's waiting reason and message).
 func mirrorPodConditions(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) {
 	var sched *corev1.PodCondition
 	for i := range pod.Status.Conditions {
@@ -105,27 +104,39 @@ func mirrorPodConditions(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) {
 	}
 	if sched != nil && sched.Status != corev1.ConditionTrue && pod.Spec.NodeName == "" {
 		setCondition(vmi, v1.VirtualMachineInstanceCondition{Type: ConditionPodScheduled, Status: sched.Status,
-			Reason: sched.Reason, Message: sched.Message})
+			Reason: sched.Reason, Message: truncate(sched.Message, maxStartMessage)})
 	} else {
 		vmistatus.RemoveCondition(vmi, ConditionPodScheduled)
 	}
-	if reason, msg, ok := podImageError(pod); ok {
-		setCondition(vmi, condSynchronized(corev1.ConditionFalse, reason, msg))
+	if p, ok := podStartFailure(pod); ok {
+		setCondition(vmi, condSynchronized(corev1.ConditionFalse, p.reason, p.msg))
 	} else {
 		removeOwnSynchronized(vmi)
 	}
 }
 
-// podImageError reports a container (init or not) waiting for its image.
-func podImageError(pod *corev1.Pod) (reason, msg string, ok bool) {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range list {
-			if w := cs.State.Waiting; w != nil && imageErrors[w.Reason] {
-				return w.Reason, fmt.Sprintf("container %s (image %s): %s", cs.Name, cs.Image, w.Message), true
-			}
+// problemEvents are the Warning events due when a write changed the
+// VMI's PodScheduled condition to not True, or its Synchronized condition
+// to False with a launcher Pod start failure (a new reason or message):
+// the condition's reason and message, once per change (a repeated sync
+// writes nothing and so records nothing; a restarted controller finds the
+// condition already written).
+func problemEvents(before, after *v1.VirtualMachineInstance) []v1.VirtualMachineInstanceCondition {
+	var out []v1.VirtualMachineInstanceCondition
+	for _, typ := range []v1.VirtualMachineInstanceConditionType{ConditionPodScheduled, v1.VirtualMachineInstanceSynchronized} {
+		c, ok := vmistatus.Condition(after, typ)
+		if !ok || c.Status == corev1.ConditionTrue || c.Reason == "" {
+			continue
 		}
+		if typ == v1.VirtualMachineInstanceSynchronized && podStartFailures[c.Reason] == 0 {
+			continue // the controller's other reasons have their own events
+		}
+		if old, had := vmistatus.Condition(before, typ); had && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
+			continue
+		}
+		out = append(out, c)
 	}
-	return "", "", false
+	return out
 }
 
 // podFailure explains a failed Pod: the Pod's own reason (Evicted, ...),

@@ -237,6 +237,12 @@ func (c *Controller) syncStarted(ctx context.Context, vmi *v1.VirtualMachineInst
 				vmi.Status.Reason = ReasonPodSucceeded
 			})
 	}
+	if p, ok := podStartFailure(pod); ok && p.permanent && vmi.Status.Phase != v1.Running {
+		// The kubelet will never start it (an image reference it refuses):
+		// fail now instead of waiting forever (syncFinal then deletes the
+		// Pod).
+		return c.fail(ctx, vmi, pod.Name, p.reason, p.msg)
+	}
 	why := "launcher Pod " + pod.Name + " bound to node " + pod.Spec.NodeName
 	return c.updateStatus(ctx, vmi, why, func(vmi *v1.VirtualMachineInstance) {
 		if vmi.Status.Phase.IsFinal() || migratedAway(vmi, pod.Name) {

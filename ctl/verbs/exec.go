@@ -83,23 +83,16 @@ func findLauncher(ctx context.Context, c *cli.Cluster, name string) (*vmiTarget,
 		podName = launcherpod.PodName(t.vmi)
 	}
 	if t.vmi.Status.Phase.IsFinal() {
-		return nil, fmt.Errorf("%s is not running (phase %s)", t.ref, t.vmi.Status.Phase)
+		return nil, fmt.Errorf("%s is not running (phase %s)", t.ref, vmiPhase(t.vmi))
 	}
 	t.pod, err = t.kube.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("%s has no launcher Pod (%s not found; VMI phase %s)", t.ref, podName, phaseOf(t.vmi))
+		return nil, fmt.Errorf("%s has no launcher Pod (%s not found; VMI phase %s)", t.ref, podName, vmiPhase(t.vmi))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: its launcher Pod %s: %w", t.ref, podName, err)
 	}
 	return t, t.check()
-}
-
-func phaseOf(vmi *v1.VirtualMachineInstance) string {
-	if vmi.Status.Phase == "" {
-		return "none yet"
-	}
-	return string(vmi.Status.Phase)
 }
 
 // check refuses a Pod that is not the VMI's running launcher.

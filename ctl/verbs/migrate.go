@@ -135,7 +135,11 @@ func migrate(ctx context.Context, out io.Writer, api putter, cs versioned.Interf
 	case err != nil:
 		return fmt.Errorf("%s: %w", ref, err)
 	case vmi.Status.Phase != v1.Running:
-		return fmt.Errorf("%s is %s, not Running: only a running VMI migrates", ref, phaseOrNone(vmi.Status.Phase))
+		phase := phaseOrNone(vmi.Status.Phase)
+		if vmi.Status.Phase != "" {
+			phase = vmiPhase(vmi)
+		}
+		return fmt.Errorf("%s is %s, not Running: only a running VMI migrates", ref, phase)
 	}
 	raw, err := api.Put(apiCtx, subresources.Migrate, ns, name, subresources.MigrateOptions{})
 	if err != nil {

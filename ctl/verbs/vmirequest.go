@@ -181,7 +181,7 @@ func waitVMI(ctx context.Context, cs versioned.Interface, orig *v1.VirtualMachin
 			readErr = err
 			return false, nil
 		case vmi.Status.Phase.IsFinal():
-			failed = fmt.Errorf("%s ended (phase %s) before it was %s", ref, vmi.Status.Phase, what)
+			failed = fmt.Errorf("%s ended (phase %s) before it was %s", ref, vmiPhase(vmi), what)
 			return false, failed
 		}
 		ok, s := done(vmi)

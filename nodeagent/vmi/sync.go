@@ -415,6 +415,7 @@ func (c *Controller) softReboot(ctx context.Context, st *launcherState, vmi *v1.
 		st.rebooted = req
 		st.mu.Unlock()
 		logger.Info("Soft reboot requested", "request", req, "method", resp.GetMethod())
+		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, EventSoftRebooted, "Soft reboot sent to the guest (%s)", resp.GetMethod())
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{v1.VMISoftRebootDoneAnnotation: req}}})
@@ -582,6 +583,9 @@ func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineIns
 	}
 	statusWrites.WithLabelValues("success").Inc()
 	c.written.Record(vmi.Namespace+"/"+vmi.Name, res.Before.ResourceVersion)
+	for _, e := range transitionEvents(res.Before, res.After) {
+		c.cfg.Recorder.Event(res.After, e.typ, e.reason, e.msg)
+	}
 	if from, to := res.Before.Status.Phase, res.After.Status.Phase; from != to {
 		klog.FromContext(ctx).Info("VMI phase changed", "from", from, "to", to, "reason", res.After.Status.Reason)
 	} else {

@@ -624,8 +624,41 @@ drain:
 		t.Error("no ACPI power button press in the launcher log")
 	}
 	t.Logf("deletion → Succeeded in %s", time.Since(start).Round(10*time.Millisecond))
+	checkTransitionEvents(t, ctx, v.name)
 	// The controller would drop its finalizer now that the Pod ends.
 	patchVMI(t, ctx, v.name, `{"metadata":{"finalizers":null}}`)
+}
+
+// checkTransitionEvents: TestLifecycle's domain transitions each gave one
+// event of the node agent (none again from the restarted one, none per
+// resync), in order.
+func checkTransitionEvents(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	once := []string{EventStarted, EventPaused, EventUnpaused, EventSoftRebooted, EventShutdown}
+	for _, reason := range append(once, EventAgentConnected) {
+		waitEvent(t, ctx, name, reason)
+	}
+	l, err := env.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + name + ",source=" + EventComponent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, first := map[string]int32{}, map[string]time.Time{}
+	var seen []string
+	for _, e := range l.Items {
+		count[e.Reason] += e.Count
+		first[e.Reason] = e.FirstTimestamp.Time
+		seen = append(seen, fmt.Sprintf("%s %s ×%d: %s", e.Type, e.Reason, e.Count, e.Message))
+	}
+	t.Logf("node agent events:\n%s", strings.Join(seen, "\n"))
+	for i, reason := range once {
+		if count[reason] != 1 {
+			t.Errorf("%d %s events, want 1", count[reason], reason)
+		}
+		if i > 0 && first[reason].Before(first[once[i-1]]) {
+			t.Errorf("%s (%s) before %s (%s)", reason, first[reason], once[i-1], first[once[i-1]])
+		}
+	}
 }
 
 // TestPodTerminating: a launcher Pod being deleted (the kubelet has not

@@ -255,6 +255,84 @@ func TestCRDs(t *testing.T) {
 			t.Errorf("row = %v, want minimal Running node-a 10.1.2.3 True <age>", row)
 		}
 	})
+
+	// -o wide adds KubeVirt's priority-1 columns (Live-Migratable, Paused)
+	// and kemu's (Agent-Connected, Guest-OS, Reason); a VM shows the
+	// conditions it mirrors from its VMI.
+	conds := []any{map[string]any{"type": "Ready", "status": "False"}, map[string]any{"type": "LiveMigratable", "status": "True"},
+		map[string]any{"type": "Paused", "status": "True"}, map[string]any{"type": "AgentConnected", "status": "True"}}
+	t.Run("kubectl get vmi -o wide", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dc, err := dynamic.NewForConfig(shared.RESTConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := shared.KubectlInput(vmiYAML("wide"), "-n", crdNamespace, "create", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		vmis := dc.Resource(vmiGVR).Namespace(crdNamespace)
+		obj, err := vmis.Get(ctx, "wide", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj.Object["status"] = map[string]any{"phase": "Failed", "reason": "InvalidImageName", "nodeName": "node-a",
+			"interfaces": []any{map[string]any{"name": "default", "ipAddress": "10.1.2.4"}}, "conditions": conds, "guestOSInfo": map[string]any{"prettyName": "Debian"}}
+		if _, err := vmis.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := k("get", "vmi", "wide", "-o", "wide")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTable(t, "kubectl get vmi -o wide", out, append(slices.Clone(wantCols),
+			"LIVE-MIGRATABLE", "PAUSED", "AGENT-CONNECTED", "GUEST-OS", "REASON"), "wide")
+		row := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1])
+		want := []string{"wide", "Failed", "node-a", "10.1.2.4", "False", "", "True", "True", "True", "Debian", "InvalidImageName"}
+		if len(row) != len(want) || !slices.Equal(row[:5], want[:5]) || !slices.Equal(row[6:], want[6:]) {
+			t.Errorf("row = %v, want %v (age at 5)", row, want)
+		}
+	})
+	t.Run("kubectl get vm -o wide", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dc, err := dynamic.NewForConfig(shared.RESTConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm := "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachine\nmetadata:\n  name: wide\nspec:\n  runStrategy: Halted\n  template:\n" +
+			indent(strings.SplitN(vmiYAML("wide"), "\nspec:\n", 2)[1], "    ", "    spec:\n")
+		if _, stderr, err := shared.KubectlInput(vm, "-n", crdNamespace, "create", "-f", "-"); err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		vms := dc.Resource(vmiGVR.GroupVersion().WithResource("virtualmachines")).Namespace(crdNamespace)
+		obj, err := vms.Get(ctx, "wide", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj.Object["status"] = map[string]any{"printableStatus": "Paused", "ready": true, "conditions": conds}
+		if _, err := vms.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := k("get", "vm", "wide", "-o", "wide")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTable(t, "kubectl get vm -o wide", out, []string{"NAME", "STATUS", "READY", "AGE", "LIVE-MIGRATABLE", "PAUSED", "AGENT-CONNECTED"}, "wide")
+		row := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1])
+		if len(row) != 7 || !slices.Equal(row[4:], []string{"True", "True", "True"}) {
+			t.Errorf("row = %v, want wide Paused true <age> True True True", row)
+		}
+	})
+}
+
+// indent prefixes each line of s with prefix, after head.
+func indent(s, prefix, head string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = prefix + lines[i]
+	}
+	return head + strings.Join(lines, "\n") + "\n"
 }
 
 // checkTable asserts that out is a kubectl table whose header is exactly
