@@ -22,7 +22,7 @@ BINS=_out/distro/tests
 WANT_QEMU_MAJOR=10
 
 # Packages, in order, and the -run subset of each ("" = all its tests).
-# launcher: the whole package is ~6 min of TCG boots; the subset (~2.5 min)
+# launcher: the whole package is ~6 min of TCG boots; the subset (~2 min)
 # covers boot (disk, kernel, EFI), disks, pause, the guest agent, shutdown,
 # the pod network, QEMU's crash and kill, and migration (incoming argv,
 # precopy, postcopy, cancel); docs/decisions.md says why these.
