@@ -11,7 +11,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -X main.version=$(VERSION)
 COMMANDS   := $(notdir $(wildcard cmd/*))
 
-.PHONY: build deps generate verify-generated lint test unit fuzz testguest k8s images demo bench clean
+.PHONY: build deps generate verify-generated lint test test-qemu-distro unit fuzz testguest k8s images demo bench clean
 
 ## build: every binary into _out/bin
 build:
@@ -30,7 +30,7 @@ generate: deps
 verify-generated: deps
 	@bash hack/verify-codegen.sh
 
-## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps
+## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps and the distro job's scripts
 lint: deps
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
@@ -38,6 +38,7 @@ lint: deps
 	$(TOOLS)/staticcheck -tags '$(TEST_TAGS)' ./...
 	$(TOOLS)/actionlint -shellcheck shellcheck
 	$(GO) run ./hack/actionshell action.yml
+	shellcheck hack/distro-root.sh hack/distro-test.sh
 
 ## testguest: the guest every QEMU test boots (_out/testguest)
 testguest: deps
@@ -54,6 +55,12 @@ k8s: deps
 ## test: lint, generated-file check, the fuzz targets, and every test suite (unit, QEMU, cluster)
 test: lint verify-generated fuzz testguest k8s images
 	$(GO) test -race -count=1 -timeout 40m -tags '$(TEST_TAGS)' ./...
+	@$(MAKE) --no-print-directory test-qemu-distro
+
+## test-qemu-distro: the QEMU-level suites (qmp, launcher, kemuctl run …) against Debian 13's QEMU 10.x,
+## in a debootstrap'ed root (_out/distro/debian13, cached); PKGS="qmp launcher/cmdline" runs only those
+test-qemu-distro: deps testguest
+	@bash hack/distro-test.sh $(PKGS)
 
 ## fuzz: each fuzz target for FUZZTIME: manifest -> validation -> QEMU argv (Go fuzzes one target per run);
 ## a failing input is written to the package's testdata/fuzz/<target>/, which every go test replays

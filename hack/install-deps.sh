@@ -12,6 +12,7 @@ APT_PACKAGES=(
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
 	binutils                                  # as, ld: the KVM probe guests (devices/kvm/guest)
 	shellcheck                                # make lint: actionlint's and action.yml's shell steps
+	debootstrap                               # make test-qemu-distro: the Debian 13 root with QEMU 10.x
 	protobuf-compiler                         # protoc, for the launcher's command server API
 	containerd runc containernetworking-plugins iptables # test/cluster's node (kubelet's runtime, CNI bridge)
 )

@@ -43,6 +43,10 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 		VNC:        filepath.Join(l.cfg.Dir, VNCSocketName),
 	}
 	facts := cmdline.Facts{Binary: l.cfg.QEMU, Accel: l.accel, OVMF: cmdline.FindOVMF()}
+	// The binary says which machine types it has: QEMU versions differ.
+	if facts.Machines, err = cmdline.DetectMachines(ctx, l.cfg.QEMU); err != nil {
+		return fmt.Errorf("launcher: %w", err)
+	}
 	if _, err := os.Stat("/dev/vhost-net"); err == nil {
 		facts.VhostNet = true
 	}

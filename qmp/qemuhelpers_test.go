@@ -240,3 +240,13 @@ func wantClosed(t testing.TB, what string, err error) {
 		t.Errorf("%s: got %v (%T), want an error wrapping qmp.ErrClosed", what, err, err)
 	}
 }
+
+// binaryVersion is the version of the QEMU the tests start.
+func binaryVersion(t testing.TB) string {
+	t.Helper()
+	v, err := testguest.QEMUVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

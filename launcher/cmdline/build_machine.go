@@ -46,6 +46,9 @@ func (b *builder) machine() {
 		b.fail("Facts.Accel", "%q: must be %s or %s", accel, AccelKVM, AccelTCG)
 	}
 	m := Machine{Type: b.val("spec.domain.machine.type", d.Machine.Type), Accel: accel}
+	if ms := b.in.Facts.Machines; ms != nil && !ms.Has(d.Machine.Type) {
+		b.fail("spec.domain.machine.type", "%q: this node's QEMU has no such machine type (-machine help)", d.Machine.Type)
+	}
 	if f := d.Features; f != nil && f.ACPI.Enabled != nil && !*f.ACPI.Enabled {
 		m.ACPIOff = true
 	}

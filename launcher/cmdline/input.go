@@ -8,6 +8,9 @@ type Facts struct {
 	Accel    string // "kvm" or "tcg", decided by the caller's probe
 	OVMF     OVMF   // firmware files found on this host (FindOVMF)
 	VhostNet bool   // /dev/vhost-net exists
+	// Machines are QEMU's machine types (DetectMachines); nil = not
+	// detected, the machine type is then left to QEMU to refuse.
+	Machines Machines
 }
 
 // Accelerators.

@@ -25,6 +25,13 @@ func TestQEMULimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The QEMU's own machine types: what "pc" is, and a q35 machine newer
+	// than any it has (QEMU versions differ; nothing assumed).
+	machines, err := DetectMachines(context.Background(), qemuBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := newerQ35(t, machines)
 	pciCase := func() testCase {
 		for _, tc := range cases {
 			if tc.name == "pci-slots" {
@@ -61,9 +68,9 @@ func TestQEMULimits(t *testing.T) {
 			in.VMI.Spec.Domain.Machine.Type = "pc"
 			in.VMI.Spec.Domain.CPU = &v1.CPU{Sockets: 256, Cores: 1, Threads: 1}
 			in.VMI.Spec.Domain.Devices.Disks = in.VMI.Spec.Domain.Devices.Disks[:1]
-		}, refuse: "The max CPUs supported by machine 'pc-i440fx-7.2' is 255"},
+		}, refuse: "The max CPUs supported by machine '" + machines.Resolve("pc") + "' is 255"},
 		{name: "machine type newer than QEMU", mod: func(_ testing.TB, _ env, in *Input) {
-			in.VMI.Spec.Domain.Machine.Type = "pc-q35-9.0"
+			in.VMI.Spec.Domain.Machine.Type = newer
 		}, refuse: "unsupported machine type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +117,30 @@ func TestQEMULimits(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// newerQ35 is pc-q35-<N+1>.0 for the newest pc-q35-<N>.<M> QEMU has; Build
+// with the detected machine types refuses it before QEMU would.
+func newerQ35(t *testing.T, machines Machines) string {
+	t.Helper()
+	newest := -1
+	for name := range machines {
+		var major, minor int
+		if _, err := fmt.Sscanf(name, "pc-q35-%d.%d", &major, &minor); err == nil && major > newest {
+			newest = major
+		}
+	}
+	if newest < 0 || machines.Resolve("pc") == "" {
+		t.Fatalf("-machine help: no pc-q35-X.Y or no pc alias in %v", machines)
+	}
+	newer := fmt.Sprintf("pc-q35-%d.0", newest+1)
+	in := baseInput(t, baseYAML)
+	in.VMI.Spec.Domain.Machine.Type = newer
+	in.Facts.Machines = machines
+	if _, err := Build(in); err == nil || !strings.Contains(err.Error(), "spec.domain.machine.type") {
+		t.Fatalf("Build with this QEMU's machine types, machine %s: %v; want refused", newer, err)
+	}
+	return newer
+}
 
 // replaceIn replaces old with new in every argument.
 func replaceIn(argv []string, old, new string) []string {
