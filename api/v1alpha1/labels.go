@@ -14,7 +14,21 @@ const (
 	// NodeHeartbeatAnnotation is the RFC 3339 time of the node agent's last
 	// heartbeat.
 	NodeHeartbeatAnnotation = "kemu.dev/heartbeat"
+	// NodeMachineTypeLabelPrefix followed by a machine type ("pc-q35-7.2",
+	// "q35") is "true" on nodes whose QEMU lists that machine type
+	// (`-machine help`), as KubeVirt's machine-type.node.kubevirt.io/ labels.
+	NodeMachineTypeLabelPrefix = "machine-type.node.kemu.dev/"
 )
+
+// MachineTypeNodeSelector is the node label a launcher Pod selects for the
+// VMI's machine type: only a versioned one (pc-q35-X.Y, pc-i440fx-X.Y),
+// which not every QEMU has; the aliases q35 and pc exist in all.
+func MachineTypeNodeSelector(machine string) (label string, ok bool) {
+	if machine == "" || machine == "q35" || machine == "pc" {
+		return "", false
+	}
+	return NodeMachineTypeLabelPrefix + machine, true
+}
 
 // Requests a user makes of a running VMI through annotations, reconciled
 // by the node agent on the VMI's node (there are no subresources without an

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"regexp"
-	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -64,18 +64,40 @@ const (
 	MaxVCPUsI440FX uint32 = 255
 )
 
-// Machine types of QEMU 7.2 besides the aliases q35 and pc
-// (qemu-system-x86_64 -machine help): pc-q35-<v> and pc-i440fx-<v>.
+// The oldest versioned machine types any QEMU has had: pc-q35-2.4 and
+// pc-i440fx-1.4. Newer ones depend on the QEMU that runs the VMI (7.2 ends
+// at 7.2; 10.0 dropped pc-i440fx-1.4 … 2.3 and goes to 10.0), so validation
+// does not guess them from a version: the node agent labels its node with
+// the machine types its QEMU lists (v1.NodeMachineTypeLabel), a launcher Pod
+// asking for a versioned one selects that label, and the launcher refuses a
+// machine type its QEMU lacks (launcher/cmdline).
 var (
-	q35Versions = []string{"2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "3.0", "3.1",
-		"4.0", "4.1", "4.2", "5.0", "5.1", "5.2", "6.0", "6.1", "6.2", "7.0", "7.1", "7.2"}
-	i440fxVersions = append([]string{"1.4", "1.5", "1.6", "1.7", "2.0", "2.1", "2.2", "2.3"}, q35Versions...)
-	// q35Max255 are the q35 machines with i440fx's 255-vCPU limit.
-	q35Max255 = []string{"2.4", "2.5", "2.6", "2.7"}
+	oldestQ35    = machineVersion{2, 4}
+	oldestI440FX = machineVersion{1, 4}
+	// newestQ35Max255 is the last q35 machine with i440fx's 255-vCPU limit.
+	newestQ35Max255 = machineVersion{2, 7}
 )
 
-// machineKind says whether machine is one of QEMU 7.2's q35 or i440fx
-// machine types, and its vCPU limit. ok is false for anything else.
+// machineVersion is a versioned machine type's X.Y.
+type machineVersion struct{ major, minor int }
+
+func (v machineVersion) less(o machineVersion) bool {
+	return v.major < o.major || v.major == o.major && v.minor < o.minor
+}
+
+// parseMachineVersion reads "X.Y"; ok is false for anything else.
+func parseMachineVersion(s string) (machineVersion, bool) {
+	x, y, found := strings.Cut(s, ".")
+	major, err1 := strconv.Atoi(x)
+	minor, err2 := strconv.Atoi(y)
+	if !found || err1 != nil || err2 != nil || major > 999 || minor > 999 {
+		return machineVersion{}, false
+	}
+	return machineVersion{major, minor}, true
+}
+
+// machineKind says whether machine is a q35 or an i440fx machine type some
+// QEMU has, and its vCPU limit. ok is false for anything else.
 func machineKind(machine string) (q35 bool, maxVCPUs uint32, ok bool) {
 	switch {
 	case machine == "q35":
@@ -83,16 +105,17 @@ func machineKind(machine string) (q35 bool, maxVCPUs uint32, ok bool) {
 	case machine == "pc":
 		return false, MaxVCPUsI440FX, true
 	case q35Pattern.MatchString(machine):
-		v := strings.TrimPrefix(machine, "pc-q35-")
-		if !slices.Contains(q35Versions, v) {
+		v, ok := parseMachineVersion(strings.TrimPrefix(machine, "pc-q35-"))
+		if !ok || v.less(oldestQ35) {
 			return true, 0, false
 		}
-		if slices.Contains(q35Max255, v) {
+		if !newestQ35Max255.less(v) {
 			return true, MaxVCPUsI440FX, true
 		}
 		return true, MaxVCPUs, true
 	case i440fxPattern.MatchString(machine):
-		return false, MaxVCPUsI440FX, slices.Contains(i440fxVersions, strings.TrimPrefix(machine, "pc-i440fx-"))
+		v, ok := parseMachineVersion(strings.TrimPrefix(machine, "pc-i440fx-"))
+		return false, MaxVCPUsI440FX, ok && !v.less(oldestI440FX)
 	}
 	return false, 0, false
 }

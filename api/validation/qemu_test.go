@@ -272,9 +272,27 @@ var qemuRefusals = []struct {
 		want:   []string{"Invalid value spec.domain.cpu.model"},
 	},
 	{
-		name:   "machine type newer than the launcher's QEMU",
-		mutate: func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Machine = &v1.Machine{Type: "pc-q35-9.0"} },
+		name:   "machine type older than any QEMU's",
+		mutate: func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Machine = &v1.Machine{Type: "pc-q35-2.3"} },
 		want:   []string{"Invalid value spec.domain.machine.type"},
+	},
+	{
+		name:   "i440fx machine type older than any QEMU's",
+		mutate: func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Machine = &v1.Machine{Type: "pc-i440fx-1.3"} },
+		want:   []string{"Invalid value spec.domain.machine.type"},
+	},
+	{
+		// Not in QEMU 7.2, in 10.0: the node's QEMU decides (a launcher Pod
+		// selects nodes labelled with it; the launcher refuses it otherwise).
+		name:   "machine type of a newer QEMU",
+		mutate: func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Machine = &v1.Machine{Type: "pc-q35-10.0"} },
+	},
+	{
+		name: "machine type version beyond any number",
+		mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Machine = &v1.Machine{Type: "pc-q35-99999999999999999999.0"}
+		},
+		want: []string{"Invalid value spec.domain.machine.type"},
 	},
 	{
 		name:   "288 vCPUs on q35",

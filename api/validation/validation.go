@@ -139,7 +139,7 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 			[]string{"q35", "pc-q35-X.Y", "pc", "pc-i440fx-X.Y"}))
 	case !machineOK:
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("machine", "type"), machine,
-			"not a machine type of the launcher's QEMU (7.2): pc-q35-2.4 … 7.2, pc-i440fx-1.4 … 7.2"))
+			"not a machine type of any QEMU: pc-q35-X.Y from 2.4, pc-i440fx-X.Y from 1.4"))
 	}
 
 	if d.CPU != nil {

@@ -20,11 +20,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -42,6 +44,7 @@ import (
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/kube/migrationca"
 	"github.com/kemu-dev/kemu/kube/nodeapi"
+	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
 	"github.com/kemu-dev/kemu/nodeagent/migrationcert"
@@ -205,7 +208,7 @@ func run() int {
 	apiErr := make(chan error, 1)
 	go func() { apiErr <- serveAPI(ctx, apiAddr, migration, vmis) }()
 	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
-		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready})
+		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready, MachineTypes: machineTypes(ctx, qemu)})
 	stop() // heartbeat.Run also returns early on a bad configuration
 	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr, <-migrationErr, <-apiErr)
 	if err != nil {
@@ -214,6 +217,18 @@ func run() int {
 	}
 	klog.InfoS("kemu-nodeagent stopped")
 	return 0
+}
+
+// machineTypes are the machine types of the node's QEMU (the node agent's
+// image carries the launcher's QEMU), for the node's machine type labels;
+// nil (labels left alone) when QEMU cannot say.
+func machineTypes(ctx context.Context, qemu string) []string {
+	ms, err := cmdline.DetectMachines(ctx, qemu)
+	if err != nil {
+		klog.ErrorS(err, "Machine types of QEMU unknown: the node's machine type labels are left as they are")
+		return nil
+	}
+	return slices.Sorted(maps.Keys(ms))
 }
 
 // serveAPI serves the node agent's API on addr (nothing when empty) once

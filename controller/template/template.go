@@ -104,6 +104,11 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		nodeSelector[k] = v
 	}
 	nodeSelector[v1.NodeSchedulableLabel] = "true"
+	if m := vmi.Spec.Domain.Machine; m != nil {
+		if label, ok := v1.MachineTypeNodeSelector(m.Type); ok {
+			nodeSelector[label] = "true" // a node whose QEMU has it
+		}
+	}
 
 	b := &builder{vmi: vmi, in: in, opts: s.opts}
 	if err := b.volumes(); err != nil {

@@ -102,8 +102,8 @@ func TestRender(t *testing.T) {
 			if ref == nil || ref.UID != "uid-1" || ref.Kind != "VirtualMachineInstance" || ref.APIVersion != "kemu.dev/v1alpha1" || !*ref.BlockOwnerDeletion {
 				t.Errorf("owner %+v", ref)
 			}
-			if pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" {
-				t.Errorf("nodeSelector %v", pod.Spec.NodeSelector)
+			if pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" || len(pod.Spec.NodeSelector) != 1 {
+				t.Errorf("nodeSelector %v, want only schedulable (q35 is in every QEMU)", pod.Spec.NodeSelector)
 			}
 			if *pod.Spec.TerminationGracePeriodSeconds != 30+GracePeriodPadding {
 				t.Errorf("grace %d", *pod.Spec.TerminationGracePeriodSeconds)
@@ -183,6 +183,7 @@ func TestRender(t *testing.T) {
 		{"kvm-limits-selectors", Input{KVM: true, VMI: vmi("1Gi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q("2Gi"), corev1.ResourceCPU: q("2")}
 			x.Spec.NodeSelector = map[string]string{"zone": "a"}
+			x.Spec.Domain.Machine = &v1.Machine{Type: "pc-q35-10.0"}
 			x.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
 			x.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}}
 			x.Spec.TerminationGracePeriodSeconds = ptr(int64(120))
@@ -206,8 +207,9 @@ func TestRender(t *testing.T) {
 			if !slices.Contains(pod.Spec.Containers[0].Args, "--accel=kvm") || !slices.Contains(pod.Spec.Containers[0].Args, "--grace-period=2m0s") {
 				t.Errorf("args %v", pod.Spec.Containers[0].Args)
 			}
-			if pod.Spec.NodeSelector["zone"] != "a" || pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" {
-				t.Errorf("nodeSelector %v", pod.Spec.NodeSelector)
+			if pod.Spec.NodeSelector["zone"] != "a" || pod.Spec.NodeSelector[v1.NodeSchedulableLabel] != "true" ||
+				pod.Spec.NodeSelector[v1.NodeMachineTypeLabelPrefix+"pc-q35-10.0"] != "true" || len(pod.Spec.NodeSelector) != 3 {
+				t.Errorf("nodeSelector %v, want zone, schedulable and the machine type", pod.Spec.NodeSelector)
 			}
 			if len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Key != "dedicated" || pod.Spec.Affinity.PodAntiAffinity == nil {
 				t.Errorf("tolerations %v affinity %v", pod.Spec.Tolerations, pod.Spec.Affinity)

@@ -1,8 +1,10 @@
 // Package heartbeat keeps a node's kemu labels and heartbeat annotation up
 // to date: kemu.dev/schedulable (true while the node agent runs and its
 // device plugins are registered, false when it stops), kemu.dev/kvm (the
-// KVM probe's verdict) and kemu.dev/heartbeat (a timestamp, refreshed every
-// interval with jitter), which the node controller checks for staleness.
+// KVM probe's verdict), machine-type.node.kemu.dev/<type> (the machine
+// types of the node's QEMU; labels of types it no longer has are removed)
+// and kemu.dev/heartbeat (a timestamp, refreshed every interval with
+// jitter), which the node controller checks for staleness.
 package heartbeat
 
 import (
@@ -11,10 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -45,6 +49,9 @@ type Config struct {
 	// Ready reports whether the node can run VMs (device plugins
 	// registered). nil means always.
 	Ready func() bool
+	// MachineTypes are the machine types of the node's QEMU (aliases
+	// included); nil leaves the machine type labels alone.
+	MachineTypes []string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -81,10 +88,37 @@ func Beat(ctx context.Context, c Config) error {
 		return err
 	}
 	ready := c.Ready == nil || c.Ready()
-	return patch(ctx, c, map[string]string{
+	labels := map[string]any{
 		v1.NodeSchedulableLabel: strconv.FormatBool(ready),
 		v1.NodeKVMLabel:         strconv.FormatBool(c.KVM(ctx)),
-	}, c.Now().UTC().Format(time.RFC3339))
+	}
+	if c.MachineTypes != nil {
+		if err := machineTypeLabels(ctx, c, labels); err != nil {
+			return err
+		}
+	}
+	return patch(ctx, c, labels, c.Now().UTC().Format(time.RFC3339))
+}
+
+// machineTypeLabels adds to labels "true" for each machine type and null
+// (removed by the merge patch) for the node's other machine type labels.
+func machineTypeLabels(ctx context.Context, c Config, labels map[string]any) error {
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("heartbeat: node %s: %w", c.NodeName, err)
+	}
+	for k := range node.Labels {
+		if strings.HasPrefix(k, v1.NodeMachineTypeLabelPrefix) {
+			labels[k] = nil
+		}
+	}
+	for _, m := range c.MachineTypes {
+		k := v1.NodeMachineTypeLabelPrefix + m
+		if len(validation.IsQualifiedName(k)) == 0 {
+			labels[k] = "true"
+		}
+	}
+	return nil
 }
 
 // Run beats until ctx ends, then marks the node unschedulable. A failed
@@ -115,11 +149,12 @@ func MarkUnschedulable(ctx context.Context, c Config) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
-	return patch(ctx, c, map[string]string{v1.NodeSchedulableLabel: "false"}, "")
+	return patch(ctx, c, map[string]any{v1.NodeSchedulableLabel: "false"}, "")
 }
 
-// patch merges labels (and the heartbeat annotation when not "") into the node.
-func patch(ctx context.Context, c Config, labels map[string]string, heartbeat string) error {
+// patch merges labels (a nil value removes one; and the heartbeat
+// annotation when not "") into the node.
+func patch(ctx context.Context, c Config, labels map[string]any, heartbeat string) error {
 	meta := map[string]any{"labels": labels}
 	if heartbeat != "" {
 		meta["annotations"] = map[string]string{v1.NodeHeartbeatAnnotation: heartbeat}

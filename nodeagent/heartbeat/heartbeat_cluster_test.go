@@ -4,6 +4,9 @@ package heartbeat_test
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/devices/kvm"
+	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
 	"github.com/kemu-dev/kemu/test/cluster"
 	"github.com/kemu-dev/kemu/test/testguest"
@@ -96,5 +100,59 @@ func TestHeartbeatOnRealAPIServer(t *testing.T) {
 	}
 	if n.Labels[v1.NodeSchedulableLabel] != "false" {
 		t.Errorf("after stop: %v", n.Labels)
+	}
+}
+
+// TestMachineTypeLabels labels a node with the machine types the real
+// QEMU lists, and removes the label of a type the QEMU no longer has (as
+// after an upgrade from 7.2 to 10.0, which dropped pc-i440fx-1.4).
+func TestMachineTypeLabels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ms, err := cmdline.DetectMachines(ctx, "qemu-system-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	cs := kubernetes.NewForConfigOrDie(c.RESTConfig())
+	gone := v1.NodeMachineTypeLabelPrefix + "pc-q35-0.1"
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mt-node",
+		Labels: map[string]string{gone: "true", "other": "kept"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	types := slices.Sorted(maps.Keys(ms))
+	cfg := heartbeat.Config{Client: cs, NodeName: "mt-node", KVM: func(context.Context) bool { return false }, MachineTypes: types}
+	if err := heartbeat.Beat(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, "mt-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"q35", "pc", ms.Resolve("q35"), ms.Resolve("pc")} {
+		label, _ := v1.MachineTypeNodeSelector(m)
+		if m == "q35" || m == "pc" {
+			label = v1.NodeMachineTypeLabelPrefix + m
+		}
+		if n.Labels[label] != "true" {
+			t.Errorf("no label %s=true for QEMU's machine type %s", label, m)
+		}
+	}
+	if _, ok := n.Labels[gone]; ok || n.Labels["other"] != "kept" {
+		t.Errorf("labels after the beat: %v", n.Labels)
+	}
+	count := 0
+	for k := range n.Labels {
+		if strings.HasPrefix(k, v1.NodeMachineTypeLabelPrefix) {
+			count++
+		}
+	}
+	t.Logf("%d machine type labels for %d machine types of QEMU", count, len(types))
+	if count != len(types) {
+		t.Errorf("%d machine type labels, QEMU lists %d", count, len(types))
 	}
 }
