@@ -16,8 +16,9 @@ const (
 	NodeHeartbeatAnnotation = "kemu.dev/heartbeat"
 	// NodeMachineTypeLabelPrefix followed by a machine type ("pc-q35-7.2",
 	// "q35") is "true" on nodes whose QEMU lists that machine type
-	// (`-machine help`), as KubeVirt's machine-type.node.kubevirt.io/ labels.
-	NodeMachineTypeLabelPrefix = "machine-type.node.kemu.dev/"
+	// (`-machine help`), as KubeVirt's machine-type.node.kubevirt.io/ labels
+	// (under kemu.dev/: the node agent may write no other labels).
+	NodeMachineTypeLabelPrefix = "kemu.dev/machine-type-"
 )
 
 // MachineTypeNodeSelector is the node label a launcher Pod selects for the

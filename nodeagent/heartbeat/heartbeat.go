@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -92,33 +93,29 @@ func Beat(ctx context.Context, c Config) error {
 		v1.NodeSchedulableLabel: strconv.FormatBool(ready),
 		v1.NodeKVMLabel:         strconv.FormatBool(c.KVM(ctx)),
 	}
-	if c.MachineTypes != nil {
-		if err := machineTypeLabels(ctx, c, labels); err != nil {
-			return err
-		}
-	}
-	return patch(ctx, c, labels, c.Now().UTC().Format(time.RFC3339))
-}
-
-// machineTypeLabels adds to labels "true" for each machine type and null
-// (removed by the merge patch) for the node's other machine type labels.
-func machineTypeLabels(ctx context.Context, c Config, labels map[string]any) error {
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("heartbeat: node %s: %w", c.NodeName, err)
-	}
-	for k := range node.Labels {
-		if strings.HasPrefix(k, v1.NodeMachineTypeLabelPrefix) {
-			labels[k] = nil
-		}
-	}
+	want := map[string]bool{}
 	for _, m := range c.MachineTypes {
-		k := v1.NodeMachineTypeLabelPrefix + m
-		if len(validation.IsQualifiedName(k)) == 0 {
-			labels[k] = "true"
+		if k := v1.NodeMachineTypeLabelPrefix + m; len(validation.IsQualifiedName(k)) == 0 {
+			labels[k], want[k] = "true", true
 		}
 	}
-	return nil
+	node, err := patch(ctx, c, labels, c.Now().UTC().Format(time.RFC3339))
+	if err != nil || c.MachineTypes == nil {
+		return err
+	}
+	// The patch's reply is the node: remove the machine type labels of
+	// types QEMU no longer lists (the node agent may not read Nodes).
+	stale := map[string]any{}
+	for k := range node.Labels {
+		if strings.HasPrefix(k, v1.NodeMachineTypeLabelPrefix) && !want[k] {
+			stale[k] = nil
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	_, err = patch(ctx, c, stale, "")
+	return err
 }
 
 // Run beats until ctx ends, then marks the node unschedulable. A failed
@@ -149,23 +146,24 @@ func MarkUnschedulable(ctx context.Context, c Config) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
-	return patch(ctx, c, map[string]any{v1.NodeSchedulableLabel: "false"}, "")
+	_, err := patch(ctx, c, map[string]any{v1.NodeSchedulableLabel: "false"}, "")
+	return err
 }
 
 // patch merges labels (a nil value removes one; and the heartbeat
-// annotation when not "") into the node.
-func patch(ctx context.Context, c Config, labels map[string]any, heartbeat string) error {
+// annotation when not "") into the node and returns the patched node.
+func patch(ctx context.Context, c Config, labels map[string]any, heartbeat string) (*corev1.Node, error) {
 	meta := map[string]any{"labels": labels}
 	if heartbeat != "" {
 		meta["annotations"] = map[string]string{v1.NodeHeartbeatAnnotation: heartbeat}
 	}
 	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kemu-nodeagent"})
+	node, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kemu-nodeagent"})
 	if err != nil {
-		return fmt.Errorf("heartbeat: patching node %s: %w", c.NodeName, err)
+		return nil, fmt.Errorf("heartbeat: patching node %s: %w", c.NodeName, err)
 	}
-	return nil
+	return node, nil
 }
