@@ -9,7 +9,10 @@ import (
 	kemulisters "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 )
 
-var phaseCountDesc = prometheus.NewDesc("kemu_vmi_phase_count",
+// PhaseCountName is the name of the VMIs' phase count.
+const PhaseCountName = "kemu_vmi_phase_count"
+
+var phaseCountDesc = prometheus.NewDesc(PhaseCountName,
 	"VMIs in the cluster (the controller's namespace) by phase and node (empty: none yet).", []string{"phase", "node"}, nil)
 
 // phaseCount is kemu_vmi_phase_count (KubeVirt's kubevirt_vmi_phase_count),

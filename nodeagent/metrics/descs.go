@@ -22,9 +22,16 @@ var (
 	migrationLbl = base
 )
 
+// names are the metrics' names, in the order of their definition.
+var names []string
+
 func desc(name, help string, labels []string) *prometheus.Desc {
+	names = append(names, name)
 	return prometheus.NewDesc(name, help, labels, nil)
 }
+
+// Names are the names of the metrics the Collector exports.
+func Names() []string { return append([]string(nil), names...) }
 
 // The metrics. Counters end in _total, sizes are bytes, times seconds.
 var (

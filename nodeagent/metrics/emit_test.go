@@ -173,3 +173,17 @@ func TestGuestLabel(t *testing.T) {
 		}
 	}
 }
+
+// Names lists each metric once, every one described.
+func TestNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, n := range Names() {
+		if seen[n] || !strings.HasPrefix(n, "kemu_") {
+			t.Errorf("name %q duplicated or without kemu_", n)
+		}
+		seen[n] = true
+	}
+	if len(Names()) != len(allDescs) {
+		t.Errorf("%d names, %d descriptions", len(Names()), len(allDescs))
+	}
+}
