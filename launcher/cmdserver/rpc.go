@@ -413,7 +413,7 @@ func (s *Server) GetStats(ctx context.Context, _ *rpc.Empty) (*rpc.StatsResponse
 	out := &rpc.StatsResponse{}
 	for _, c := range st.VCPUs {
 		out.Vcpus = append(out.Vcpus, &rpc.VCPU{Index: int32(c.CPUIndex), ThreadId: int32(c.ThreadID),
-			CpuTimeNanos: threadCPUTime(pid, c.ThreadID)})
+			CpuTimeNanos: threadCPUTime(pid, c.ThreadID), DelayNanos: threadRunDelay(pid, c.ThreadID)})
 	}
 	for _, b := range st.Blocks {
 		out.Blocks = append(out.Blocks, &rpc.BlockStat{Device: b.Device, NodeName: b.NodeName, Drive: b.Drive,

@@ -1,6 +1,7 @@
 package cmdserver
 
 import (
+	"os"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -35,5 +36,31 @@ func TestGuestMemory(t *testing.T) {
 				t.Errorf("guestMemory = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64 // -1: unknown
+	}{
+		{"151545 145295 2\n", 145295},
+		{"0 0 0", 0},
+		{"151545 145295", -1},
+		{"", -1},
+		{"1 x 2", -1},
+		{"1 -5 2", -1},
+	} {
+		got := parseSchedstat(tc.in)
+		if (got == nil) != (tc.want < 0) || (got != nil && *got != tc.want) {
+			t.Errorf("parseSchedstat(%q) = %v, want %d", tc.in, got, tc.want)
+		}
+	}
+	// This thread's own: known on a kernel with scheduler statistics.
+	if d := threadRunDelay(os.Getpid(), os.Getpid()); d == nil || *d < 0 {
+		t.Errorf("threadRunDelay(self) = %v", d)
+	}
+	if d := threadRunDelay(os.Getpid(), 1<<30); d != nil {
+		t.Errorf("threadRunDelay(no such thread) = %v", *d)
 	}
 }

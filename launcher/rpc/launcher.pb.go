@@ -1243,7 +1243,10 @@ type VCPU struct {
 	Index    int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	ThreadId int32                  `protobuf:"varint,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
 	// CPU time of the vCPU thread, from /proc.
-	CpuTimeNanos  int64 `protobuf:"varint,3,opt,name=cpu_time_nanos,json=cpuTimeNanos,proto3" json:"cpu_time_nanos,omitempty"`
+	CpuTimeNanos int64 `protobuf:"varint,3,opt,name=cpu_time_nanos,json=cpuTimeNanos,proto3" json:"cpu_time_nanos,omitempty"`
+	// Time the vCPU thread waited on a run queue, ready but not running
+	// (/proc schedstat); unset when the kernel does not say.
+	DelayNanos    *int64 `protobuf:"varint,4,opt,name=delay_nanos,json=delayNanos,proto3,oneof" json:"delay_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1295,6 +1298,13 @@ func (x *VCPU) GetThreadId() int32 {
 func (x *VCPU) GetCpuTimeNanos() int64 {
 	if x != nil {
 		return x.CpuTimeNanos
+	}
+	return 0
+}
+
+func (x *VCPU) GetDelayNanos() int64 {
+	if x != nil && x.DelayNanos != nil {
+		return *x.DelayNanos
 	}
 	return 0
 }
@@ -2957,11 +2967,14 @@ const file_launcher_proto_rawDesc = "" +
 	"\x0eDomainResponse\x120\n" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"L\n" +
 	"\x12SoftRebootResponse\x126\n" +
-	"\x06method\x18\x01 \x01(\x0e2\x1e.kemu.launcher.v1.RebootMethodR\x06method\"_\n" +
+	"\x06method\x18\x01 \x01(\x0e2\x1e.kemu.launcher.v1.RebootMethodR\x06method\"\x95\x01\n" +
 	"\x04VCPU\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\x05R\bthreadId\x12$\n" +
-	"\x0ecpu_time_nanos\x18\x03 \x01(\x03R\fcpuTimeNanos\"\x94\x03\n" +
+	"\x0ecpu_time_nanos\x18\x03 \x01(\x03R\fcpuTimeNanos\x12$\n" +
+	"\vdelay_nanos\x18\x04 \x01(\x03H\x00R\n" +
+	"delayNanos\x88\x01\x01B\x0e\n" +
+	"\f_delay_nanos\"\x94\x03\n" +
 	"\tBlockStat\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x19\n" +
@@ -3321,6 +3334,7 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
+	file_launcher_proto_msgTypes[13].OneofWrappers = []any{}
 	file_launcher_proto_msgTypes[15].OneofWrappers = []any{}
 	file_launcher_proto_msgTypes[21].OneofWrappers = []any{
 		(*WatchEvent_Domain)(nil),

@@ -39,6 +39,7 @@ var (
 
 	cpuUsageDesc  = desc("kemu_vmi_cpu_usage_seconds_total", "CPU time used by all of the VM's QEMU threads (vCPUs, I/O, emulation), from QEMU's cgroup.", base)
 	vcpuDesc      = desc("kemu_vmi_vcpu_seconds_total", "CPU time used by each vCPU thread.", withVCPU)
+	vcpuDelayDesc = desc("kemu_vmi_vcpu_delay_seconds_total", "Time each vCPU thread waited on a host run queue, ready to run.", withVCPU)
 	residentDesc  = desc("kemu_vmi_memory_resident_bytes", "Resident memory of the VM's QEMU process.", base)
 	balloonDesc   = desc("kemu_vmi_memory_actual_balloon_bytes", "The guest's current memory as the balloon sets it.", base)
 	availableDesc = desc("kemu_vmi_memory_available_bytes", "Memory the guest sees in all (its balloon driver's total memory).", base)
@@ -77,7 +78,7 @@ var (
 	statsErrorsDesc = desc("kemu_nodeagent_vmi_stats_errors_total", "GetStats calls to launchers for the VMI metrics that failed or timed out.", nil)
 )
 
-var allDescs = []*prometheus.Desc{infoDesc, cpuUsageDesc, vcpuDesc, residentDesc, balloonDesc, availableDesc, usableDesc,
+var allDescs = []*prometheus.Desc{infoDesc, cpuUsageDesc, vcpuDesc, vcpuDelayDesc, residentDesc, balloonDesc, availableDesc, usableDesc,
 	unusedDesc, usedDesc, cachedDesc, swapInDesc, swapOutDesc, majFaultDesc, minFaultDesc,
 	rxBytesDesc, txBytesDesc, rxPacketsDesc, txPacketsDesc, rxErrorsDesc, txErrorsDesc, rxDropDesc, txDropDesc,
 	rdBytesDesc, wrBytesDesc, rdOpsDesc, wrOpsDesc, rdTimeDesc, wrTimeDesc, flushOpsDesc, flushTimesDesc,

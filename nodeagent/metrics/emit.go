@@ -40,7 +40,11 @@ func emit(ch chan<- prometheus.Metric, node string, t Target, s *rpc.StatsRespon
 		counter(cpuUsageDesc, seconds(s.QemuCpuTimeNanos), lv)
 	}
 	for _, v := range s.Vcpus {
-		counter(vcpuDesc, seconds(v.CpuTimeNanos), with(strconv.Itoa(int(v.Index))))
+		id := with(strconv.Itoa(int(v.Index)))
+		counter(vcpuDesc, seconds(v.CpuTimeNanos), id)
+		if v.DelayNanos != nil {
+			counter(vcpuDelayDesc, seconds(*v.DelayNanos), id)
+		}
 	}
 	if s.QemuRssBytes > 0 {
 		gauge(residentDesc, float64(s.QemuRssBytes), lv)

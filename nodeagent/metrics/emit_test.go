@@ -43,8 +43,8 @@ kemu_vmi_info{guest_os_kernel_release="",guest_os_machine="",guest_os_name="Debi
 		{name: "no answer: info only", t: vm, want: info},
 		{name: "cpu, vcpus, memory", t: vm,
 			s: &rpc.StatsResponse{QemuCpuTimeNanos: 2_500_000_000, QemuRssBytes: 300 << 20, BalloonActualBytes: 256 << 20,
-				Vcpus: []*rpc.VCPU{{Index: 0, CpuTimeNanos: 1_000_000_000}, {Index: 1, CpuTimeNanos: 500_000_000}}},
-			names: []string{"kemu_vmi_cpu_usage_seconds_total", "kemu_vmi_vcpu_seconds_total", "kemu_vmi_memory_resident_bytes", "kemu_vmi_memory_actual_balloon_bytes"},
+				Vcpus: []*rpc.VCPU{{Index: 0, CpuTimeNanos: 1_000_000_000, DelayNanos: n64(250_000_000)}, {Index: 1, CpuTimeNanos: 500_000_000}}},
+			names: []string{"kemu_vmi_cpu_usage_seconds_total", "kemu_vmi_vcpu_seconds_total", "kemu_vmi_vcpu_delay_seconds_total", "kemu_vmi_memory_resident_bytes", "kemu_vmi_memory_actual_balloon_bytes"},
 			want: `
 # HELP kemu_vmi_cpu_usage_seconds_total CPU time used by all of the VM's QEMU threads (vCPUs, I/O, emulation), from QEMU's cgroup.
 # TYPE kemu_vmi_cpu_usage_seconds_total counter
@@ -55,6 +55,9 @@ kemu_vmi_memory_actual_balloon_bytes{name="vm",namespace="ns",node="node-1"} 2.6
 # HELP kemu_vmi_memory_resident_bytes Resident memory of the VM's QEMU process.
 # TYPE kemu_vmi_memory_resident_bytes gauge
 kemu_vmi_memory_resident_bytes{name="vm",namespace="ns",node="node-1"} 3.145728e+08
+# HELP kemu_vmi_vcpu_delay_seconds_total Time each vCPU thread waited on a host run queue, ready to run.
+# TYPE kemu_vmi_vcpu_delay_seconds_total counter
+kemu_vmi_vcpu_delay_seconds_total{id="0",name="vm",namespace="ns",node="node-1"} 0.25
 # HELP kemu_vmi_vcpu_seconds_total CPU time used by each vCPU thread.
 # TYPE kemu_vmi_vcpu_seconds_total counter
 kemu_vmi_vcpu_seconds_total{id="0",name="vm",namespace="ns",node="node-1"} 1

@@ -234,6 +234,9 @@ func TestVMIMetrics(t *testing.T) {
 	if a, b := after.Vcpus[0].CpuTimeNanos, before.Vcpus[0].CpuTimeNanos; a <= b {
 		t.Errorf("vCPU time %d ns after the work, %d before", a, b)
 	}
+	if a, b := after.Vcpus[0].DelayNanos, before.Vcpus[0].DelayNanos; a == nil || b == nil || *a < *b {
+		t.Errorf("vCPU run-queue delay %v ns after the work, %v before", a, b)
+	}
 	if after.QemuCpuTimeNanos <= before.QemuCpuTimeNanos {
 		t.Errorf("QEMU's CPU time %d ns after the work, %d before", after.QemuCpuTimeNanos, before.QemuCpuTimeNanos)
 	}
@@ -278,6 +281,7 @@ func TestVMIMetrics(t *testing.T) {
 		`kemu_vmi_info{guest_os_kernel_release="",guest_os_machine="",guest_os_name="",guest_os_version_id="",machine_type="q35",name="metrics",namespace="default",node="node-a",phase="Running"} 1`,
 		`kemu_vmi_cpu_usage_seconds_total{name="metrics",namespace="default",node="node-a"}`,
 		`kemu_vmi_vcpu_seconds_total{id="0",name="metrics",namespace="default",node="node-a"}`,
+		`kemu_vmi_vcpu_delay_seconds_total{id="0",name="metrics",namespace="default",node="node-a"}`,
 		`kemu_vmi_memory_resident_bytes{`, `kemu_vmi_memory_used_bytes{`, `kemu_vmi_memory_pgminfault_total{`,
 		`kemu_vmi_network_transmit_bytes_total{interface="default",name="metrics",namespace="default",node="node-a"}`,
 		`kemu_vmi_storage_write_traffic_bytes_total{drive="scratch",name="metrics",namespace="default",node="node-a"}`,
