@@ -28,6 +28,10 @@ GO_TOOLS=(
 	"google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
 	"github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
 	"github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"
+	# promtool of Prometheus v3.16.0 (the Go module tags v3 as v0.316.x):
+	# `promtool check metrics` over the node agent's and controller's
+	# scrapes. Cold (module download and build) it takes minutes.
+	"github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }

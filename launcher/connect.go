@@ -40,6 +40,7 @@ func (l *Launcher) connect(ctx context.Context) error {
 			return fmt.Errorf("launcher: pre-start hook %d: %w", i, err)
 		}
 	}
+	l.pollBalloonStats(cctx)
 	go l.followEvents()
 	go l.supervise()
 	return nil

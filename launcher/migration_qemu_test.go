@@ -186,8 +186,31 @@ func TestMigrationCancel(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	waitDomain(t, src.l, "RAM moving", migrationStatus(qmp.MigrationStatusActive))
+	// Stats has query-migrate's figures of now (the metrics'): they move
+	// between two calls, unlike the domain's copy of the last pass.
+	first, err := src.l.Stats(ctxFor(t, stepTimeout))
+	if err != nil || first.Migration == nil || first.Migration.BytesTotal <= 0 || !qmp.MigrationStatusMoving(first.Migration.Status) {
+		t.Fatalf("stats while RAM moves: %v %+v", err, first.Migration)
+	}
+	for ctx := ctxFor(t, stepTimeout); ; {
+		st, err := src.l.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Migration != nil && st.Migration.BytesTransferred > first.Migration.BytesTransferred {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the migration's transferred bytes stayed at %d", first.Migration.BytesTransferred)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if err := src.l.CancelMigration(ctxFor(t, stepTimeout)); err != nil {
 		t.Fatalf("cancel: %v", err)
+	}
+	if st, err := src.l.Stats(ctxFor(t, stepTimeout)); err != nil || st.Migration != nil {
+		t.Errorf("stats after the cancel: %v, migration %+v, want none", err, st.Migration)
 	}
 	d := src.l.Domain()
 	if d.State != StateRunning || d.Reason != ReasonMigrationCanceled || d.PID != pid || d.Migration.Status != qmp.MigrationStatusCancelled {

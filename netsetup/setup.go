@@ -28,6 +28,10 @@ type Result struct {
 	servers []*dhcpServer
 	once    sync.Once
 	closed  bool // Close was called; Result is not for concurrent use
+	// nsMu guards ns against NICStats, the one method that may run
+	// concurrently with Close; nsClosed: ns is closed.
+	nsMu     sync.Mutex
+	nsClosed bool
 }
 
 // InterfaceResult is one interface after Setup.
@@ -137,7 +141,10 @@ func (r *Result) Close() error {
 		for i := range r.Interfaces {
 			closeFiles(r.Interfaces[i].TapFDs)
 		}
+		r.nsMu.Lock()
 		r.ns.Close()
+		r.nsClosed = true
+		r.nsMu.Unlock()
 		r.closed = true
 	})
 	return nil

@@ -59,13 +59,14 @@ type BlockStats struct {
 	NodeName string `json:"node-name"`
 	QDev     string `json:"qdev"`
 	Stats    struct {
-		RdBytes         int64 `json:"rd_bytes"`
-		WrBytes         int64 `json:"wr_bytes"`
-		RdOperations    int64 `json:"rd_operations"`
-		WrOperations    int64 `json:"wr_operations"`
-		FlushOperations int64 `json:"flush_operations"`
-		RdTotalTimeNs   int64 `json:"rd_total_time_ns"`
-		WrTotalTimeNs   int64 `json:"wr_total_time_ns"`
+		RdBytes          int64 `json:"rd_bytes"`
+		WrBytes          int64 `json:"wr_bytes"`
+		RdOperations     int64 `json:"rd_operations"`
+		WrOperations     int64 `json:"wr_operations"`
+		FlushOperations  int64 `json:"flush_operations"`
+		RdTotalTimeNs    int64 `json:"rd_total_time_ns"`
+		WrTotalTimeNs    int64 `json:"wr_total_time_ns"`
+		FlushTotalTimeNs int64 `json:"flush_total_time_ns"`
 	} `json:"stats"`
 }
 

@@ -26,6 +26,17 @@ const (
 	MigrationStatusCancelled      = "cancelled"
 )
 
+// MigrationStatusMoving says whether a migration in that status is under
+// way, its memory moving or about to: setup, active, postcopy-active,
+// pre-switchover, device.
+func MigrationStatusMoving(status string) bool {
+	switch status {
+	case MigrationStatusSetup, MigrationStatusActive, MigrationStatusPostcopyActive, MigrationStatusPreSwitchover, MigrationStatusDevice:
+		return true
+	}
+	return false
+}
+
 // Migration capabilities kemu sets (QAPI MigrationCapability).
 const (
 	CapEvents            = "events"

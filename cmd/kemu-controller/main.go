@@ -196,6 +196,8 @@ func serve(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
+		vmiInformer := inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances()
+		defer metrics.VMIPhases.Set(vmiInformer.Lister(), vmiInformer.Informer().HasSynced)()
 		inf.Start(ctx)
 		defer inf.Shutdown()
 		ready.Store(true)

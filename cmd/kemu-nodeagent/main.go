@@ -47,6 +47,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/nodeagent/heartbeat"
 	"github.com/kemu-dev/kemu/nodeagent/hostdisk"
+	nodemetrics "github.com/kemu-dev/kemu/nodeagent/metrics"
 	"github.com/kemu-dev/kemu/nodeagent/migrationcert"
 	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 	agentapi "github.com/kemu-dev/kemu/nodeagent/nodeapi"
@@ -165,6 +166,15 @@ func run() int {
 	vmis, err := vmi.New(vcfg)
 	if err != nil {
 		klog.ErrorS(err, "VMI controller")
+		return 2
+	}
+	// Per-VMI metrics on /metrics, from the launchers on each scrape.
+	vmiMetrics, err := nodemetrics.New(nodemetrics.Config{Node: nodeName, Targets: nodemetrics.TargetsOf(vmis)})
+	if err == nil {
+		err = vmi.Registry.Register(vmiMetrics)
+	}
+	if err != nil {
+		klog.ErrorS(err, "VMI metrics")
 		return 2
 	}
 	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir, "kubeletRoot", kubeletRoot)

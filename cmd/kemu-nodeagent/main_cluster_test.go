@@ -30,9 +30,10 @@ import (
 // kubelet: its device plugins register (the Node's capacity shows
 // devices.kemu.dev/tun, and kvm only where the KVM probe boots a guest),
 // the Node gets kemu.dev/kvm, kemu.dev/schedulable=true and a heartbeat,
-// /healthz answers 200 and /metrics has the VMI controller's metrics (the
-// CRDs are not installed: the VMI controller waits without blocking the
-// rest); on SIGTERM it exits 0 and the Node becomes
+// /healthz answers 200 and /metrics has the VMI controller's metrics and
+// the (empty) VMI metrics' error counter and passes promtool (the CRDs are
+// not installed: the VMI controller waits without blocking the rest); on
+// SIGTERM it exits 0 and the Node becomes
 // unschedulable.
 func TestNodeAgentOnRealNode(t *testing.T) {
 	guest, err := testguest.Paths()
@@ -118,10 +119,15 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"kemu_nodeagent_launcher_connections", "go_goroutines"} {
+	for _, m := range []string{"kemu_nodeagent_launcher_connections", "go_goroutines", "kemu_nodeagent_vmi_stats_errors_total 0"} {
 		if !bytes.Contains(metrics, []byte(m)) {
 			t.Errorf("/metrics has no %s", m)
 		}
+	}
+	promtool := exec.Command(filepath.Join("..", "..", "_out", "tools", "bin", "promtool"), "check", "metrics")
+	promtool.Stdin = bytes.NewReader(metrics)
+	if out, err := promtool.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -1,6 +1,7 @@
 // Package metrics holds the Prometheus registry of kemu's controllers: the
-// VMI phase-transition histogram (KubeVirt's measure), client-go work-queue
-// metrics for every queue, and the Go and process collectors.
+// VMI phase-transition histogram (KubeVirt's measure), the VMIs' phase
+// count, client-go work-queue metrics for every queue, and the Go and
+// process collectors.
 package metrics
 
 import (
@@ -72,7 +73,7 @@ func Register() {
 		Registry.MustRegister(
 			collectors.NewGoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			PhaseTransitionFromCreation, PodCreations,
+			PhaseTransitionFromCreation, PodCreations, VMIPhases,
 			wqDepth, wqAdds, wqLatency, wqWorkDuration, wqUnfinished, wqLongest, wqRetries,
 		)
 		workqueue.SetProvider(provider{})

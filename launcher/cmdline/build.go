@@ -105,7 +105,7 @@ func devices(in Input) ([]sourced, error) {
 	if d.Devices.Rng != nil {
 		b.add("spec.domain.devices.rng", RNG{ID: RNGID, Filename: "/dev/urandom"})
 	}
-	if on := d.Devices.AutoattachMemBalloon; on == nil || *on {
+	if BalloonAttached(d) {
 		b.add("spec.domain.devices.autoattachMemBalloon", Balloon{ID: BalloonID})
 	}
 	if in.Incoming {
@@ -115,4 +115,11 @@ func devices(in Input) ([]sourced, error) {
 		return nil, b.err
 	}
 	return b.devs, nil
+}
+
+// BalloonAttached says whether the domain gets a virtio memory balloon
+// (spec.domain.devices.autoattachMemBalloon, default true).
+func BalloonAttached(d *v1.DomainSpec) bool {
+	on := d.Devices.AutoattachMemBalloon
+	return on == nil || *on
 }

@@ -47,6 +47,9 @@ const (
 	BalloonID        = "balloon0"
 	VideoID          = "video0"
 
+	// BalloonQOMPath is the balloon device's QOM path (qom-get, qom-set).
+	BalloonQOMPath = "/machine/peripheral/" + BalloonID
+
 	NodePflashCode     = "pflash-code"
 	NodePflashCodeFile = "pflash-code-file"
 	NodePflashVars     = "pflash-vars"

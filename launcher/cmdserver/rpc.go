@@ -375,15 +375,21 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 	if d.ExitCode != nil {
 		out.Exited, out.ExitCode = true, int32(*d.ExitCode)
 	}
-	if m := d.Migration; m != nil {
-		out.Migration = &rpc.MigrationState{Role: m.Role, Status: m.Status, Mode: m.Mode,
-			BytesTotal: m.BytesTotal, BytesTransferred: m.BytesTransferred, BytesRemaining: m.BytesRemaining,
-			DirtyPagesRate: m.DirtyPagesRate, Passes: m.Passes, DowntimeMs: m.Downtime.Milliseconds(),
-			TotalMs: m.Total.Milliseconds(), SetupMs: m.Setup.Milliseconds(),
-			DiskBytesTotal: m.DiskBytesTotal, DiskBytesCopied: m.DiskBytesCopied,
-			Message: m.Message, StartedUnixNano: unixNano(m.Started)}
-	}
+	out.Migration = migrationOf(d.Migration)
 	return out
+}
+
+// migrationOf is a migration's progress on the wire (nil: none).
+func migrationOf(m *launcher.Migration) *rpc.MigrationState {
+	if m == nil {
+		return nil
+	}
+	return &rpc.MigrationState{Role: m.Role, Status: m.Status, Mode: m.Mode,
+		BytesTotal: m.BytesTotal, BytesTransferred: m.BytesTransferred, BytesRemaining: m.BytesRemaining,
+		DirtyPagesRate: m.DirtyPagesRate, Passes: m.Passes, DowntimeMs: m.Downtime.Milliseconds(),
+		TotalMs: m.Total.Milliseconds(), SetupMs: m.Setup.Milliseconds(),
+		DiskBytesTotal: m.DiskBytesTotal, DiskBytesCopied: m.DiskBytesCopied,
+		Message: m.Message, StartedUnixNano: unixNano(m.Started)}
 }
 
 func unixNano(t time.Time) int64 {
@@ -407,15 +413,26 @@ func (s *Server) GetStats(ctx context.Context, _ *rpc.Empty) (*rpc.StatsResponse
 	out := &rpc.StatsResponse{}
 	for _, c := range st.VCPUs {
 		out.Vcpus = append(out.Vcpus, &rpc.VCPU{Index: int32(c.CPUIndex), ThreadId: int32(c.ThreadID),
-			CpuTimeNanos: threadCPUTime(pid, c.ThreadID)})
+			CpuTimeNanos: threadCPUTime(pid, c.ThreadID), DelayNanos: threadRunDelay(pid, c.ThreadID)})
 	}
 	for _, b := range st.Blocks {
-		out.Blocks = append(out.Blocks, &rpc.BlockStat{Device: b.Device, NodeName: b.NodeName,
-			RdBytes: b.Stats.RdBytes, WrBytes: b.Stats.WrBytes, RdOperations: b.Stats.RdOperations, WrOperations: b.Stats.WrOperations})
+		out.Blocks = append(out.Blocks, &rpc.BlockStat{Device: b.Device, NodeName: b.NodeName, Drive: b.Drive,
+			RdBytes: b.Stats.RdBytes, WrBytes: b.Stats.WrBytes, RdOperations: b.Stats.RdOperations, WrOperations: b.Stats.WrOperations,
+			RdTotalTimeNanos: b.Stats.RdTotalTimeNs, WrTotalTimeNanos: b.Stats.WrTotalTimeNs,
+			FlushOperations: b.Stats.FlushOperations, FlushTotalTimeNanos: b.Stats.FlushTotalTimeNs})
 	}
 	if st.Balloon != nil {
 		out.BalloonActualBytes = st.Balloon.Actual
 	}
+	if st.GuestMemory != nil {
+		out.GuestMemory = guestMemory(st.GuestMemory)
+	}
+	for _, n := range st.NICs {
+		out.Interfaces = append(out.Interfaces, &rpc.InterfaceStat{Name: n.Interface,
+			RxBytes: int64(n.RxBytes), RxPackets: int64(n.RxPackets), RxErrors: int64(n.RxErrors), RxDropped: int64(n.RxDropped),
+			TxBytes: int64(n.TxBytes), TxPackets: int64(n.TxPackets), TxErrors: int64(n.TxErrors), TxDropped: int64(n.TxDropped)})
+	}
+	out.Migration = migrationOf(st.Migration)
 	out.QemuCpuTimeNanos, out.QemuRssBytes = st.CPU.Nanoseconds(), int64(st.RSS)
 	out.GuestAgentLinesDropped = int64(qmp.AgentLinesDropped())
 	return out, nil

@@ -1243,7 +1243,10 @@ type VCPU struct {
 	Index    int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	ThreadId int32                  `protobuf:"varint,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
 	// CPU time of the vCPU thread, from /proc.
-	CpuTimeNanos  int64 `protobuf:"varint,3,opt,name=cpu_time_nanos,json=cpuTimeNanos,proto3" json:"cpu_time_nanos,omitempty"`
+	CpuTimeNanos int64 `protobuf:"varint,3,opt,name=cpu_time_nanos,json=cpuTimeNanos,proto3" json:"cpu_time_nanos,omitempty"`
+	// Time the vCPU thread waited on a run queue, ready but not running
+	// (/proc schedstat); unset when the kernel does not say.
+	DelayNanos    *int64 `protobuf:"varint,4,opt,name=delay_nanos,json=delayNanos,proto3,oneof" json:"delay_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,16 +1302,32 @@ func (x *VCPU) GetCpuTimeNanos() int64 {
 	return 0
 }
 
+func (x *VCPU) GetDelayNanos() int64 {
+	if x != nil && x.DelayNanos != nil {
+		return *x.DelayNanos
+	}
+	return 0
+}
+
 type BlockStat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Device        string                 `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
-	NodeName      string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
-	RdBytes       int64                  `protobuf:"varint,3,opt,name=rd_bytes,json=rdBytes,proto3" json:"rd_bytes,omitempty"`
-	WrBytes       int64                  `protobuf:"varint,4,opt,name=wr_bytes,json=wrBytes,proto3" json:"wr_bytes,omitempty"`
-	RdOperations  int64                  `protobuf:"varint,5,opt,name=rd_operations,json=rdOperations,proto3" json:"rd_operations,omitempty"`
-	WrOperations  int64                  `protobuf:"varint,6,opt,name=wr_operations,json=wrOperations,proto3" json:"wr_operations,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Device       string                 `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	NodeName     string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	RdBytes      int64                  `protobuf:"varint,3,opt,name=rd_bytes,json=rdBytes,proto3" json:"rd_bytes,omitempty"`
+	WrBytes      int64                  `protobuf:"varint,4,opt,name=wr_bytes,json=wrBytes,proto3" json:"wr_bytes,omitempty"`
+	RdOperations int64                  `protobuf:"varint,5,opt,name=rd_operations,json=rdOperations,proto3" json:"rd_operations,omitempty"`
+	WrOperations int64                  `protobuf:"varint,6,opt,name=wr_operations,json=wrOperations,proto3" json:"wr_operations,omitempty"`
+	// The VMI disk the node belongs to (spec.domain.devices.disks[].name);
+	// empty for other nodes (firmware).
+	Drive string `protobuf:"bytes,7,opt,name=drive,proto3" json:"drive,omitempty"`
+	// Time spent on reads, writes and flushes (query-blockstats'
+	// *_total_time_ns), and flushes done.
+	RdTotalTimeNanos    int64 `protobuf:"varint,8,opt,name=rd_total_time_nanos,json=rdTotalTimeNanos,proto3" json:"rd_total_time_nanos,omitempty"`
+	WrTotalTimeNanos    int64 `protobuf:"varint,9,opt,name=wr_total_time_nanos,json=wrTotalTimeNanos,proto3" json:"wr_total_time_nanos,omitempty"`
+	FlushOperations     int64 `protobuf:"varint,10,opt,name=flush_operations,json=flushOperations,proto3" json:"flush_operations,omitempty"`
+	FlushTotalTimeNanos int64 `protobuf:"varint,11,opt,name=flush_total_time_nanos,json=flushTotalTimeNanos,proto3" json:"flush_total_time_nanos,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *BlockStat) Reset() {
@@ -1383,6 +1402,264 @@ func (x *BlockStat) GetWrOperations() int64 {
 	return 0
 }
 
+func (x *BlockStat) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *BlockStat) GetRdTotalTimeNanos() int64 {
+	if x != nil {
+		return x.RdTotalTimeNanos
+	}
+	return 0
+}
+
+func (x *BlockStat) GetWrTotalTimeNanos() int64 {
+	if x != nil {
+		return x.WrTotalTimeNanos
+	}
+	return 0
+}
+
+func (x *BlockStat) GetFlushOperations() int64 {
+	if x != nil {
+		return x.FlushOperations
+	}
+	return 0
+}
+
+func (x *BlockStat) GetFlushTotalTimeNanos() int64 {
+	if x != nil {
+		return x.FlushTotalTimeNanos
+	}
+	return 0
+}
+
+// GuestMemoryStats are the guest's memory figures from its balloon driver
+// (QEMU's guest-stats): each is unset when the driver did not report it.
+// Bytes, or events since the guest booted.
+type GuestMemoryStats struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TotalBytes      *int64                 `protobuf:"varint,1,opt,name=total_bytes,json=totalBytes,proto3,oneof" json:"total_bytes,omitempty"`
+	FreeBytes       *int64                 `protobuf:"varint,2,opt,name=free_bytes,json=freeBytes,proto3,oneof" json:"free_bytes,omitempty"`
+	AvailableBytes  *int64                 `protobuf:"varint,3,opt,name=available_bytes,json=availableBytes,proto3,oneof" json:"available_bytes,omitempty"`
+	DiskCachesBytes *int64                 `protobuf:"varint,4,opt,name=disk_caches_bytes,json=diskCachesBytes,proto3,oneof" json:"disk_caches_bytes,omitempty"`
+	SwapInBytes     *int64                 `protobuf:"varint,5,opt,name=swap_in_bytes,json=swapInBytes,proto3,oneof" json:"swap_in_bytes,omitempty"`
+	SwapOutBytes    *int64                 `protobuf:"varint,6,opt,name=swap_out_bytes,json=swapOutBytes,proto3,oneof" json:"swap_out_bytes,omitempty"`
+	MajorFaults     *int64                 `protobuf:"varint,7,opt,name=major_faults,json=majorFaults,proto3,oneof" json:"major_faults,omitempty"`
+	MinorFaults     *int64                 `protobuf:"varint,8,opt,name=minor_faults,json=minorFaults,proto3,oneof" json:"minor_faults,omitempty"`
+	// When the guest last reported (seconds since the epoch).
+	LastUpdateUnix int64 `protobuf:"varint,9,opt,name=last_update_unix,json=lastUpdateUnix,proto3" json:"last_update_unix,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GuestMemoryStats) Reset() {
+	*x = GuestMemoryStats{}
+	mi := &file_launcher_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestMemoryStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestMemoryStats) ProtoMessage() {}
+
+func (x *GuestMemoryStats) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestMemoryStats.ProtoReflect.Descriptor instead.
+func (*GuestMemoryStats) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GuestMemoryStats) GetTotalBytes() int64 {
+	if x != nil && x.TotalBytes != nil {
+		return *x.TotalBytes
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetFreeBytes() int64 {
+	if x != nil && x.FreeBytes != nil {
+		return *x.FreeBytes
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetAvailableBytes() int64 {
+	if x != nil && x.AvailableBytes != nil {
+		return *x.AvailableBytes
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetDiskCachesBytes() int64 {
+	if x != nil && x.DiskCachesBytes != nil {
+		return *x.DiskCachesBytes
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetSwapInBytes() int64 {
+	if x != nil && x.SwapInBytes != nil {
+		return *x.SwapInBytes
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetSwapOutBytes() int64 {
+	if x != nil && x.SwapOutBytes != nil {
+		return *x.SwapOutBytes
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetMajorFaults() int64 {
+	if x != nil && x.MajorFaults != nil {
+		return *x.MajorFaults
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetMinorFaults() int64 {
+	if x != nil && x.MinorFaults != nil {
+		return *x.MinorFaults
+	}
+	return 0
+}
+
+func (x *GuestMemoryStats) GetLastUpdateUnix() int64 {
+	if x != nil {
+		return x.LastUpdateUnix
+	}
+	return 0
+}
+
+// InterfaceStat is a pod-network interface's counters as the guest's NIC
+// sees them (its tap's, receive and transmit swapped).
+type InterfaceStat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The VMI interface (spec.domain.devices.interfaces[].name).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RxBytes       int64  `protobuf:"varint,2,opt,name=rx_bytes,json=rxBytes,proto3" json:"rx_bytes,omitempty"`
+	RxPackets     int64  `protobuf:"varint,3,opt,name=rx_packets,json=rxPackets,proto3" json:"rx_packets,omitempty"`
+	RxErrors      int64  `protobuf:"varint,4,opt,name=rx_errors,json=rxErrors,proto3" json:"rx_errors,omitempty"`
+	RxDropped     int64  `protobuf:"varint,5,opt,name=rx_dropped,json=rxDropped,proto3" json:"rx_dropped,omitempty"`
+	TxBytes       int64  `protobuf:"varint,6,opt,name=tx_bytes,json=txBytes,proto3" json:"tx_bytes,omitempty"`
+	TxPackets     int64  `protobuf:"varint,7,opt,name=tx_packets,json=txPackets,proto3" json:"tx_packets,omitempty"`
+	TxErrors      int64  `protobuf:"varint,8,opt,name=tx_errors,json=txErrors,proto3" json:"tx_errors,omitempty"`
+	TxDropped     int64  `protobuf:"varint,9,opt,name=tx_dropped,json=txDropped,proto3" json:"tx_dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InterfaceStat) Reset() {
+	*x = InterfaceStat{}
+	mi := &file_launcher_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InterfaceStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InterfaceStat) ProtoMessage() {}
+
+func (x *InterfaceStat) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InterfaceStat.ProtoReflect.Descriptor instead.
+func (*InterfaceStat) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *InterfaceStat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *InterfaceStat) GetRxBytes() int64 {
+	if x != nil {
+		return x.RxBytes
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetRxPackets() int64 {
+	if x != nil {
+		return x.RxPackets
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetRxErrors() int64 {
+	if x != nil {
+		return x.RxErrors
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetRxDropped() int64 {
+	if x != nil {
+		return x.RxDropped
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetTxBytes() int64 {
+	if x != nil {
+		return x.TxBytes
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetTxPackets() int64 {
+	if x != nil {
+		return x.TxPackets
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetTxErrors() int64 {
+	if x != nil {
+		return x.TxErrors
+	}
+	return 0
+}
+
+func (x *InterfaceStat) GetTxDropped() int64 {
+	if x != nil {
+		return x.TxDropped
+	}
+	return 0
+}
+
 type StatsResponse struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Vcpus              []*VCPU                `protobuf:"bytes,1,rep,name=vcpus,proto3" json:"vcpus,omitempty"`
@@ -1395,13 +1672,20 @@ type StatsResponse struct {
 	// Lines over 1 MiB the guest sent on its agent channel since the launcher
 	// started; each was dropped and its connection reset.
 	GuestAgentLinesDropped int64 `protobuf:"varint,6,opt,name=guest_agent_lines_dropped,json=guestAgentLinesDropped,proto3" json:"guest_agent_lines_dropped,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Unset without a balloon, or before its driver reported anything.
+	GuestMemory *GuestMemoryStats `protobuf:"bytes,7,opt,name=guest_memory,json=guestMemory,proto3" json:"guest_memory,omitempty"`
+	// The interfaces the launcher wired on the pod network (their taps).
+	Interfaces []*InterfaceStat `protobuf:"bytes,8,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// The outgoing migration under way, with query-migrate's figures of now;
+	// unset when none is.
+	Migration     *MigrationState `protobuf:"bytes,9,opt,name=migration,proto3" json:"migration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1697,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1710,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatsResponse) GetVcpus() []*VCPU {
@@ -1471,6 +1755,27 @@ func (x *StatsResponse) GetGuestAgentLinesDropped() int64 {
 	return 0
 }
 
+func (x *StatsResponse) GetGuestMemory() *GuestMemoryStats {
+	if x != nil {
+		return x.GuestMemory
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetInterfaces() []*InterfaceStat {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetMigration() *MigrationState {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
 type GuestInterface struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1482,7 +1787,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1799,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1812,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -1550,7 +1855,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1867,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1880,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -1666,7 +1971,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1983,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1996,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchRequest) GetFromSeq() int64 {
@@ -1721,7 +2026,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2038,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2051,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchEvent) GetEvent() isWatchEvent_Event {
@@ -1801,7 +2106,7 @@ type QmpEvent struct {
 
 func (x *QmpEvent) Reset() {
 	*x = QmpEvent{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2118,7 @@ func (x *QmpEvent) String() string {
 func (*QmpEvent) ProtoMessage() {}
 
 func (x *QmpEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2131,7 @@ func (x *QmpEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpEvent.ProtoReflect.Descriptor instead.
 func (*QmpEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QmpEvent) GetName() string {
@@ -1859,7 +2164,7 @@ type QmpRequest struct {
 
 func (x *QmpRequest) Reset() {
 	*x = QmpRequest{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2176,7 @@ func (x *QmpRequest) String() string {
 func (*QmpRequest) ProtoMessage() {}
 
 func (x *QmpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2189,7 @@ func (x *QmpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpRequest.ProtoReflect.Descriptor instead.
 func (*QmpRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QmpRequest) GetCommandJson() string {
@@ -1903,7 +2208,7 @@ type QmpResponse struct {
 
 func (x *QmpResponse) Reset() {
 	*x = QmpResponse{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2220,7 @@ func (x *QmpResponse) String() string {
 func (*QmpResponse) ProtoMessage() {}
 
 func (x *QmpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2233,7 @@ func (x *QmpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpResponse.ProtoReflect.Descriptor instead.
 func (*QmpResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QmpResponse) GetReplyJson() string {
@@ -1947,7 +2252,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2264,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2277,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConsoleInput) GetData() []byte {
@@ -1991,7 +2296,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2308,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2321,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{24}
+	return file_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -2035,7 +2340,7 @@ type StreamData struct {
 
 func (x *StreamData) Reset() {
 	*x = StreamData{}
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2352,7 @@ func (x *StreamData) String() string {
 func (*StreamData) ProtoMessage() {}
 
 func (x *StreamData) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2365,7 @@ func (x *StreamData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamData.ProtoReflect.Descriptor instead.
 func (*StreamData) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{25}
+	return file_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StreamData) GetData() []byte {
@@ -2082,7 +2387,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2399,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2412,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{26}
+	return file_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GuestUser) GetUserName() string {
@@ -2140,7 +2445,7 @@ type GuestUsersResponse struct {
 
 func (x *GuestUsersResponse) Reset() {
 	*x = GuestUsersResponse{}
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2457,7 @@ func (x *GuestUsersResponse) String() string {
 func (*GuestUsersResponse) ProtoMessage() {}
 
 func (x *GuestUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2470,7 @@ func (x *GuestUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUsersResponse.ProtoReflect.Descriptor instead.
 func (*GuestUsersResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{27}
+	return file_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GuestUsersResponse) GetUsers() []*GuestUser {
@@ -2185,7 +2490,7 @@ type GuestFilesystemDisk struct {
 
 func (x *GuestFilesystemDisk) Reset() {
 	*x = GuestFilesystemDisk{}
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2502,7 @@ func (x *GuestFilesystemDisk) String() string {
 func (*GuestFilesystemDisk) ProtoMessage() {}
 
 func (x *GuestFilesystemDisk) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2515,7 @@ func (x *GuestFilesystemDisk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystemDisk.ProtoReflect.Descriptor instead.
 func (*GuestFilesystemDisk) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{28}
+	return file_launcher_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GuestFilesystemDisk) GetSerial() string {
@@ -2241,7 +2546,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2558,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2571,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{29}
+	return file_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GuestFilesystem) GetDiskName() string {
@@ -2320,7 +2625,7 @@ type GuestFilesystemsResponse struct {
 
 func (x *GuestFilesystemsResponse) Reset() {
 	*x = GuestFilesystemsResponse{}
-	mi := &file_launcher_proto_msgTypes[30]
+	mi := &file_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2637,7 @@ func (x *GuestFilesystemsResponse) String() string {
 func (*GuestFilesystemsResponse) ProtoMessage() {}
 
 func (x *GuestFilesystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[30]
+	mi := &file_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2650,7 @@ func (x *GuestFilesystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystemsResponse.ProtoReflect.Descriptor instead.
 func (*GuestFilesystemsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{30}
+	return file_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GuestFilesystemsResponse) GetFilesystems() []*GuestFilesystem {
@@ -2372,7 +2677,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[31]
+	mi := &file_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2689,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[31]
+	mi := &file_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2702,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{31}
+	return file_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MigrateRequest) GetMainSocket() string {
@@ -2447,7 +2752,7 @@ type MigrationOptions struct {
 
 func (x *MigrationOptions) Reset() {
 	*x = MigrationOptions{}
-	mi := &file_launcher_proto_msgTypes[32]
+	mi := &file_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2764,7 @@ func (x *MigrationOptions) String() string {
 func (*MigrationOptions) ProtoMessage() {}
 
 func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[32]
+	mi := &file_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2777,7 @@ func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
 func (*MigrationOptions) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{32}
+	return file_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MigrationOptions) GetBandwidthBytesPerSecond() int64 {
@@ -2532,7 +2837,7 @@ type PrepareMigrationTargetResponse struct {
 
 func (x *PrepareMigrationTargetResponse) Reset() {
 	*x = PrepareMigrationTargetResponse{}
-	mi := &file_launcher_proto_msgTypes[33]
+	mi := &file_launcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2849,7 @@ func (x *PrepareMigrationTargetResponse) String() string {
 func (*PrepareMigrationTargetResponse) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[33]
+	mi := &file_launcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2862,7 @@ func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{33}
+	return file_launcher_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PrepareMigrationTargetResponse) GetMainSocket() string {
@@ -2662,25 +2967,73 @@ const file_launcher_proto_rawDesc = "" +
 	"\x0eDomainResponse\x120\n" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"L\n" +
 	"\x12SoftRebootResponse\x126\n" +
-	"\x06method\x18\x01 \x01(\x0e2\x1e.kemu.launcher.v1.RebootMethodR\x06method\"_\n" +
+	"\x06method\x18\x01 \x01(\x0e2\x1e.kemu.launcher.v1.RebootMethodR\x06method\"\x95\x01\n" +
 	"\x04VCPU\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\x05R\bthreadId\x12$\n" +
-	"\x0ecpu_time_nanos\x18\x03 \x01(\x03R\fcpuTimeNanos\"\xc0\x01\n" +
+	"\x0ecpu_time_nanos\x18\x03 \x01(\x03R\fcpuTimeNanos\x12$\n" +
+	"\vdelay_nanos\x18\x04 \x01(\x03H\x00R\n" +
+	"delayNanos\x88\x01\x01B\x0e\n" +
+	"\f_delay_nanos\"\x94\x03\n" +
 	"\tBlockStat\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x19\n" +
 	"\brd_bytes\x18\x03 \x01(\x03R\ardBytes\x12\x19\n" +
 	"\bwr_bytes\x18\x04 \x01(\x03R\awrBytes\x12#\n" +
 	"\rrd_operations\x18\x05 \x01(\x03R\frdOperations\x12#\n" +
-	"\rwr_operations\x18\x06 \x01(\x03R\fwrOperations\"\xb4\x02\n" +
+	"\rwr_operations\x18\x06 \x01(\x03R\fwrOperations\x12\x14\n" +
+	"\x05drive\x18\a \x01(\tR\x05drive\x12-\n" +
+	"\x13rd_total_time_nanos\x18\b \x01(\x03R\x10rdTotalTimeNanos\x12-\n" +
+	"\x13wr_total_time_nanos\x18\t \x01(\x03R\x10wrTotalTimeNanos\x12)\n" +
+	"\x10flush_operations\x18\n" +
+	" \x01(\x03R\x0fflushOperations\x123\n" +
+	"\x16flush_total_time_nanos\x18\v \x01(\x03R\x13flushTotalTimeNanos\"\x99\x04\n" +
+	"\x10GuestMemoryStats\x12$\n" +
+	"\vtotal_bytes\x18\x01 \x01(\x03H\x00R\n" +
+	"totalBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"free_bytes\x18\x02 \x01(\x03H\x01R\tfreeBytes\x88\x01\x01\x12,\n" +
+	"\x0favailable_bytes\x18\x03 \x01(\x03H\x02R\x0eavailableBytes\x88\x01\x01\x12/\n" +
+	"\x11disk_caches_bytes\x18\x04 \x01(\x03H\x03R\x0fdiskCachesBytes\x88\x01\x01\x12'\n" +
+	"\rswap_in_bytes\x18\x05 \x01(\x03H\x04R\vswapInBytes\x88\x01\x01\x12)\n" +
+	"\x0eswap_out_bytes\x18\x06 \x01(\x03H\x05R\fswapOutBytes\x88\x01\x01\x12&\n" +
+	"\fmajor_faults\x18\a \x01(\x03H\x06R\vmajorFaults\x88\x01\x01\x12&\n" +
+	"\fminor_faults\x18\b \x01(\x03H\aR\vminorFaults\x88\x01\x01\x12(\n" +
+	"\x10last_update_unix\x18\t \x01(\x03R\x0elastUpdateUnixB\x0e\n" +
+	"\f_total_bytesB\r\n" +
+	"\v_free_bytesB\x12\n" +
+	"\x10_available_bytesB\x14\n" +
+	"\x12_disk_caches_bytesB\x10\n" +
+	"\x0e_swap_in_bytesB\x11\n" +
+	"\x0f_swap_out_bytesB\x0f\n" +
+	"\r_major_faultsB\x0f\n" +
+	"\r_minor_faults\"\x8f\x02\n" +
+	"\rInterfaceStat\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\brx_bytes\x18\x02 \x01(\x03R\arxBytes\x12\x1d\n" +
+	"\n" +
+	"rx_packets\x18\x03 \x01(\x03R\trxPackets\x12\x1b\n" +
+	"\trx_errors\x18\x04 \x01(\x03R\brxErrors\x12\x1d\n" +
+	"\n" +
+	"rx_dropped\x18\x05 \x01(\x03R\trxDropped\x12\x19\n" +
+	"\btx_bytes\x18\x06 \x01(\x03R\atxBytes\x12\x1d\n" +
+	"\n" +
+	"tx_packets\x18\a \x01(\x03R\ttxPackets\x12\x1b\n" +
+	"\ttx_errors\x18\b \x01(\x03R\btxErrors\x12\x1d\n" +
+	"\n" +
+	"tx_dropped\x18\t \x01(\x03R\ttxDropped\"\xfc\x03\n" +
 	"\rStatsResponse\x12,\n" +
 	"\x05vcpus\x18\x01 \x03(\v2\x16.kemu.launcher.v1.VCPUR\x05vcpus\x123\n" +
 	"\x06blocks\x18\x02 \x03(\v2\x1b.kemu.launcher.v1.BlockStatR\x06blocks\x120\n" +
 	"\x14balloon_actual_bytes\x18\x03 \x01(\x03R\x12balloonActualBytes\x12-\n" +
 	"\x13qemu_cpu_time_nanos\x18\x04 \x01(\x03R\x10qemuCpuTimeNanos\x12$\n" +
 	"\x0eqemu_rss_bytes\x18\x05 \x01(\x03R\fqemuRssBytes\x129\n" +
-	"\x19guest_agent_lines_dropped\x18\x06 \x01(\x03R\x16guestAgentLinesDropped\"Y\n" +
+	"\x19guest_agent_lines_dropped\x18\x06 \x01(\x03R\x16guestAgentLinesDropped\x12E\n" +
+	"\fguest_memory\x18\a \x01(\v2\".kemu.launcher.v1.GuestMemoryStatsR\vguestMemory\x12?\n" +
+	"\n" +
+	"interfaces\x18\b \x03(\v2\x1f.kemu.launcher.v1.InterfaceStatR\n" +
+	"interfaces\x12>\n" +
+	"\tmigration\x18\t \x01(\v2 .kemu.launcher.v1.MigrationStateR\tmigration\"Y\n" +
 	"\x0eGuestInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
@@ -2856,7 +3209,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_launcher_proto_goTypes = []any{
 	(DomainState)(0),                       // 0: kemu.launcher.v1.DomainState
 	(DomainReason)(0),                      // 1: kemu.launcher.v1.DomainReason
@@ -2878,25 +3231,27 @@ var file_launcher_proto_goTypes = []any{
 	(*SoftRebootResponse)(nil),             // 17: kemu.launcher.v1.SoftRebootResponse
 	(*VCPU)(nil),                           // 18: kemu.launcher.v1.VCPU
 	(*BlockStat)(nil),                      // 19: kemu.launcher.v1.BlockStat
-	(*StatsResponse)(nil),                  // 20: kemu.launcher.v1.StatsResponse
-	(*GuestInterface)(nil),                 // 21: kemu.launcher.v1.GuestInterface
-	(*GuestInfoResponse)(nil),              // 22: kemu.launcher.v1.GuestInfoResponse
-	(*WatchRequest)(nil),                   // 23: kemu.launcher.v1.WatchRequest
-	(*WatchEvent)(nil),                     // 24: kemu.launcher.v1.WatchEvent
-	(*QmpEvent)(nil),                       // 25: kemu.launcher.v1.QmpEvent
-	(*QmpRequest)(nil),                     // 26: kemu.launcher.v1.QmpRequest
-	(*QmpResponse)(nil),                    // 27: kemu.launcher.v1.QmpResponse
-	(*ConsoleInput)(nil),                   // 28: kemu.launcher.v1.ConsoleInput
-	(*ConsoleOutput)(nil),                  // 29: kemu.launcher.v1.ConsoleOutput
-	(*StreamData)(nil),                     // 30: kemu.launcher.v1.StreamData
-	(*GuestUser)(nil),                      // 31: kemu.launcher.v1.GuestUser
-	(*GuestUsersResponse)(nil),             // 32: kemu.launcher.v1.GuestUsersResponse
-	(*GuestFilesystemDisk)(nil),            // 33: kemu.launcher.v1.GuestFilesystemDisk
-	(*GuestFilesystem)(nil),                // 34: kemu.launcher.v1.GuestFilesystem
-	(*GuestFilesystemsResponse)(nil),       // 35: kemu.launcher.v1.GuestFilesystemsResponse
-	(*MigrateRequest)(nil),                 // 36: kemu.launcher.v1.MigrateRequest
-	(*MigrationOptions)(nil),               // 37: kemu.launcher.v1.MigrationOptions
-	(*PrepareMigrationTargetResponse)(nil), // 38: kemu.launcher.v1.PrepareMigrationTargetResponse
+	(*GuestMemoryStats)(nil),               // 20: kemu.launcher.v1.GuestMemoryStats
+	(*InterfaceStat)(nil),                  // 21: kemu.launcher.v1.InterfaceStat
+	(*StatsResponse)(nil),                  // 22: kemu.launcher.v1.StatsResponse
+	(*GuestInterface)(nil),                 // 23: kemu.launcher.v1.GuestInterface
+	(*GuestInfoResponse)(nil),              // 24: kemu.launcher.v1.GuestInfoResponse
+	(*WatchRequest)(nil),                   // 25: kemu.launcher.v1.WatchRequest
+	(*WatchEvent)(nil),                     // 26: kemu.launcher.v1.WatchEvent
+	(*QmpEvent)(nil),                       // 27: kemu.launcher.v1.QmpEvent
+	(*QmpRequest)(nil),                     // 28: kemu.launcher.v1.QmpRequest
+	(*QmpResponse)(nil),                    // 29: kemu.launcher.v1.QmpResponse
+	(*ConsoleInput)(nil),                   // 30: kemu.launcher.v1.ConsoleInput
+	(*ConsoleOutput)(nil),                  // 31: kemu.launcher.v1.ConsoleOutput
+	(*StreamData)(nil),                     // 32: kemu.launcher.v1.StreamData
+	(*GuestUser)(nil),                      // 33: kemu.launcher.v1.GuestUser
+	(*GuestUsersResponse)(nil),             // 34: kemu.launcher.v1.GuestUsersResponse
+	(*GuestFilesystemDisk)(nil),            // 35: kemu.launcher.v1.GuestFilesystemDisk
+	(*GuestFilesystem)(nil),                // 36: kemu.launcher.v1.GuestFilesystem
+	(*GuestFilesystemsResponse)(nil),       // 37: kemu.launcher.v1.GuestFilesystemsResponse
+	(*MigrateRequest)(nil),                 // 38: kemu.launcher.v1.MigrateRequest
+	(*MigrationOptions)(nil),               // 39: kemu.launcher.v1.MigrationOptions
+	(*PrepareMigrationTargetResponse)(nil), // 40: kemu.launcher.v1.PrepareMigrationTargetResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	14, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
@@ -2910,65 +3265,68 @@ var file_launcher_proto_depIdxs = []int32{
 	4,  // 8: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.RebootMethod
 	18, // 9: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
 	19, // 10: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
-	21, // 11: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
-	14, // 12: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
-	25, // 13: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	31, // 14: kemu.launcher.v1.GuestUsersResponse.users:type_name -> kemu.launcher.v1.GuestUser
-	33, // 15: kemu.launcher.v1.GuestFilesystem.disks:type_name -> kemu.launcher.v1.GuestFilesystemDisk
-	34, // 16: kemu.launcher.v1.GuestFilesystemsResponse.filesystems:type_name -> kemu.launcher.v1.GuestFilesystem
-	37, // 17: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
-	14, // 18: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
-	6,  // 19: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	8,  // 20: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	10, // 21: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	5,  // 22: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	5,  // 23: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	12, // 24: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	5,  // 25: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	5,  // 26: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	5,  // 27: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
-	5,  // 28: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	5,  // 29: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	5,  // 30: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	5,  // 31: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	5,  // 32: kemu.launcher.v1.Launcher.GuestUsers:input_type -> kemu.launcher.v1.Empty
-	5,  // 33: kemu.launcher.v1.Launcher.GuestFilesystems:input_type -> kemu.launcher.v1.Empty
-	23, // 34: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	26, // 35: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	28, // 36: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	30, // 37: kemu.launcher.v1.Launcher.Vnc:input_type -> kemu.launcher.v1.StreamData
-	36, // 38: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	10, // 39: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	5,  // 40: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	5,  // 41: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	7,  // 42: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	9,  // 43: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	11, // 44: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	5,  // 45: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	5,  // 46: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	16, // 47: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	16, // 48: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	5,  // 49: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	17, // 50: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
-	16, // 51: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	20, // 52: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	5,  // 53: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	22, // 54: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	32, // 55: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
-	35, // 56: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
-	24, // 57: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	27, // 58: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	29, // 59: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	30, // 60: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
-	5,  // 61: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	38, // 62: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
-	5,  // 63: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	5,  // 64: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	42, // [42:65] is the sub-list for method output_type
-	19, // [19:42] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 11: kemu.launcher.v1.StatsResponse.guest_memory:type_name -> kemu.launcher.v1.GuestMemoryStats
+	21, // 12: kemu.launcher.v1.StatsResponse.interfaces:type_name -> kemu.launcher.v1.InterfaceStat
+	13, // 13: kemu.launcher.v1.StatsResponse.migration:type_name -> kemu.launcher.v1.MigrationState
+	23, // 14: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
+	14, // 15: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
+	27, // 16: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
+	33, // 17: kemu.launcher.v1.GuestUsersResponse.users:type_name -> kemu.launcher.v1.GuestUser
+	35, // 18: kemu.launcher.v1.GuestFilesystem.disks:type_name -> kemu.launcher.v1.GuestFilesystemDisk
+	36, // 19: kemu.launcher.v1.GuestFilesystemsResponse.filesystems:type_name -> kemu.launcher.v1.GuestFilesystem
+	39, // 20: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
+	14, // 21: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
+	6,  // 22: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	8,  // 23: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	10, // 24: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	5,  // 25: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	5,  // 26: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	12, // 27: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	5,  // 28: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	5,  // 29: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	5,  // 30: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	5,  // 31: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	5,  // 32: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	5,  // 33: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	5,  // 34: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	5,  // 35: kemu.launcher.v1.Launcher.GuestUsers:input_type -> kemu.launcher.v1.Empty
+	5,  // 36: kemu.launcher.v1.Launcher.GuestFilesystems:input_type -> kemu.launcher.v1.Empty
+	25, // 37: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	28, // 38: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	30, // 39: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	32, // 40: kemu.launcher.v1.Launcher.Vnc:input_type -> kemu.launcher.v1.StreamData
+	38, // 41: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	10, // 42: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	5,  // 43: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	5,  // 44: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	7,  // 45: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	9,  // 46: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	11, // 47: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	5,  // 48: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	5,  // 49: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	16, // 50: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	16, // 51: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	5,  // 52: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	17, // 53: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	16, // 54: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	22, // 55: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	5,  // 56: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	24, // 57: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	34, // 58: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
+	37, // 59: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
+	26, // 60: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	29, // 61: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	31, // 62: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	32, // 63: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
+	5,  // 64: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	40, // 65: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
+	5,  // 66: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	5,  // 67: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	45, // [45:68] is the sub-list for method output_type
+	22, // [22:45] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -2976,7 +3334,9 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[19].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[13].OneofWrappers = []any{}
+	file_launcher_proto_msgTypes[15].OneofWrappers = []any{}
+	file_launcher_proto_msgTypes[21].OneofWrappers = []any{
 		(*WatchEvent_Domain)(nil),
 		(*WatchEvent_QmpEvent)(nil),
 	}
@@ -2986,7 +3346,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

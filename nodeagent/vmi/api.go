@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -41,4 +43,45 @@ func (c *Controller) CurrentLauncher(namespace, name string) (APILauncher, bool)
 	}
 	return APILauncher{VMIUID: st.vmiUID, Client: st.client, Ctx: st.ctx, State: st.domain.GetState(),
 		AgentConnected: st.domain.GetAgentConnected()}, true
+}
+
+// RunningLauncher is a VMI's current launcher on this node with what the
+// node agent knows of it, for the node's VMI metrics (nodeagent/metrics).
+type RunningLauncher struct {
+	APILauncher
+	// VMI is the cached object: read only.
+	VMI *v1.VirtualMachineInstance
+}
+
+// CurrentLaunchers lists the current launcher (the source role) of each
+// VMI on this node that is connected and verified and still in the cache.
+func (c *Controller) CurrentLaunchers() []RunningLauncher {
+	c.mu.Lock()
+	var sources []*launcherState
+	for _, st := range c.launchers {
+		if st.role == RoleSource {
+			sources = append(sources, st)
+		}
+	}
+	c.mu.Unlock()
+	var out []RunningLauncher
+	for _, st := range sources {
+		ns, name, err := cache.SplitMetaNamespaceKey(st.key)
+		if err != nil {
+			continue
+		}
+		vmi, err := c.vmiLister.VirtualMachineInstances(ns).Get(name)
+		if err != nil || vmi.UID != st.vmiUID {
+			continue
+		}
+		st.mu.Lock()
+		if st.client != nil && st.ctx.Err() == nil && st.gone == "" {
+			out = append(out, RunningLauncher{
+				APILauncher: APILauncher{VMIUID: st.vmiUID, Client: st.client, Ctx: st.ctx, State: st.domain.GetState(),
+					AgentConnected: st.domain.GetAgentConnected()},
+				VMI: vmi})
+		}
+		st.mu.Unlock()
+	}
+	return out
 }
