@@ -148,6 +148,15 @@ func TestContainerDiskVMI(t *testing.T) {
 		if c := condition(vmi, v1.VirtualMachineInstancePaused); c != nil && c.Status == corev1.ConditionTrue {
 			t.Fatalf("after kemuctl unpause: Paused condition %+v", c)
 		}
+		// The node agent's events, in order, in kubectl describe.
+		err = poll(ctx, 500*time.Millisecond, func() error {
+			out := ev.kubectl(t, "-n", ns, "describe", "vmi", name)
+			_, events, _ := strings.Cut(out, "\nEvents:")
+			return inOrder(events, "Started", "Paused", "Unpaused")
+		})
+		if err != nil {
+			t.Error(err)
+		}
 	})
 
 	t.Run("console", func(t *testing.T) {
@@ -196,7 +205,29 @@ func TestContainerDiskVMI(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("Pod and VMI gone %s after kubectl delete; phases: %s", time.Since(t0).Round(time.Millisecond), pw.summary())
+		// Its events outlive it: the lifecycle, in order.
+		evs, err := ev.vmiEvents(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("events of %s: %s", name, eventReasons(evs))
+		if err := inOrder(eventReasons(evs), "Started", "Paused", "Unpaused", "ShuttingDown", "Shutdown"); err != nil {
+			t.Error(err)
+		}
 	})
+}
+
+// inOrder says whether each word occurs in s after the one before it.
+func inOrder(s string, words ...string) error {
+	at := 0
+	for _, w := range words {
+		i := regexp.MustCompile(`\b` + w + `\b`).FindStringIndex(s[at:])
+		if i == nil {
+			return fmt.Errorf("no %s after %q in:\n%s", w, s[:at], s)
+		}
+		at += i[1]
+	}
+	return nil
 }
 
 // TestKernelBootVMI: a VMI booting the test guest's kernel and initramfs

@@ -433,7 +433,10 @@ func ppid(pid int) (int, string, error) {
 // launcherPid is the host pid of the kemu-launcher process of the Pod:
 // the process named kemu-launcher whose cgroup is the Pod's (cgroupfs
 // driver: .../pod<uid>/<container>).
-func launcherPid(podUID string) (int, error) {
+func launcherPid(podUID string) (int, error) { return podProcess(podUID, "kemu-launcher") }
+
+// podProcess is the host pid of the one process named comm in the Pod.
+func podProcess(podUID, comm string) (int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -444,7 +447,7 @@ func launcherPid(podUID string) (int, error) {
 		if err != nil {
 			continue
 		}
-		if comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm")); strings.TrimSpace(string(comm)) != "kemu-launcher" {
+		if c, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm")); strings.TrimSpace(string(c)) != comm {
 			continue
 		}
 		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
@@ -453,7 +456,7 @@ func launcherPid(podUID string) (int, error) {
 		}
 	}
 	if len(found) != 1 {
-		return 0, fmt.Errorf("kemu-launcher processes of Pod %s: %v", podUID, found)
+		return 0, fmt.Errorf("%s processes of Pod %s: %v", comm, podUID, found)
 	}
 	return found[0], nil
 }
@@ -589,24 +592,39 @@ func (ev *env) nodeAgentPod(ctx context.Context, node string) (*corev1.Pod, erro
 	return nil, fmt.Errorf("no Ready node agent Pod on %s", node)
 }
 
-// nodeAgentMetric reads one unlabelled metric of the node agent on node
-// (its /metrics on the health port, through its Pod IP).
-func (ev *env) nodeAgentMetric(ctx context.Context, node, name string) (string, error) {
+// nodeAgentScrape reads the node agent's /metrics on node (its health
+// port, through its Pod IP).
+func (ev *env) nodeAgentScrape(ctx context.Context, node string) ([]byte, error) {
 	p, err := ev.nodeAgentPod(ctx, node)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	url := fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, nodeAgentHealthPort)
-	hc := &http.Client{Timeout: 5 * time.Second}
-	resp, err := hc.Get(url)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return b, err
+}
+
+// nodeAgentMetric reads one unlabelled metric of the node agent on node.
+func (ev *env) nodeAgentMetric(ctx context.Context, node, name string) (string, error) {
+	b, err := ev.nodeAgentScrape(ctx, node)
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
-		return "", fmt.Errorf("%s: no %s", url, name)
+		return "", fmt.Errorf("node agent on %s: no %s", node, name)
 	}
 	return string(m[1]), nil
 }
