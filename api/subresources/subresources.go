@@ -75,8 +75,12 @@ var (
 	Restart            = Verb{Name: "restart", Resource: VMs, Method: http.MethodPut}
 )
 
+// StatsVerb is kemu's own (KubeVirt has none): a running VMI's resource
+// figures of now (VirtualMachineInstanceStats), from its node agent.
+var StatsVerb = Verb{Name: "stats", Resource: VMIs, Method: http.MethodGet}
+
 // Verbs lists every verb, in the order discovery shows them.
-var Verbs = []Verb{Console, VNC, Pause, Unpause, SoftReboot, GuestOSInfoVerb, UserListVerb, FilesystemListVerb, Migrate, Start, Stop, Restart}
+var Verbs = []Verb{Console, VNC, Pause, Unpause, SoftReboot, GuestOSInfoVerb, UserListVerb, FilesystemListVerb, StatsVerb, Migrate, Start, Stop, Restart}
 
 // Subresource is the verb's RBAC resource name, e.g. "virtualmachineinstances/console".
 func (v Verb) Subresource() string { return v.Resource + "/" + v.Name }

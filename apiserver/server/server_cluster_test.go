@@ -163,11 +163,20 @@ func TestAggregatedAPI(t *testing.T) {
 		t.Fatalf("migrate replied %s (%v)", body, err)
 	}
 
-	// Streams and guest reports need the node agent; without one the
+	// Streams, guest reports and stats need the node agent; without one the
 	// answer is 503, and a console request that is no WebSocket is 400.
 	res := admin.Discovery().RESTClient().Get().AbsPath(subresources.GuestOSInfoVerb.Path(ns, vmi.Name)).Do(ctx)
 	if err := res.Error(); !apierrors.IsServiceUnavailable(err) {
 		t.Fatalf("guestosinfo without node agents: %v, want 503", err)
+	}
+	// Authorized as get virtualmachineinstances/stats: alice's Role has
+	// no such rule.
+	if err := alice.Get().AbsPath(subresources.StatsVerb.Path(ns, vmi.Name)).Do(ctx).Error(); !apierrors.IsForbidden(err) {
+		t.Fatalf("stats by a user without RBAC for it: %v, want 403", err)
+	}
+	res = admin.Discovery().RESTClient().Get().AbsPath(subresources.StatsVerb.Path(ns, vmi.Name)).Do(ctx)
+	if err := res.Error(); !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("stats without node agents: %v, want 503", err)
 	}
 	var code int
 	res = admin.Discovery().RESTClient().Get().AbsPath(subresources.Console.Path(ns, vmi.Name)).Do(ctx).StatusCode(&code)

@@ -15,5 +15,7 @@
 //   - console, vnc: a WebSocket (api/subresources.StreamProtocol) spliced
 //     to the node agent of the VMI's node over mutual TLS (kube/nodeapi),
 //     which splices it to the launcher; nothing on the way runs a shell;
-//   - guestosinfo, userlist, filesystemlist: the node agent's answer.
+//   - guestosinfo, userlist, filesystemlist: the node agent's answer;
+//   - stats: the node agent's figures of the VMI (the launcher's
+//     GetStats at the time of the request).
 package subresource

@@ -27,7 +27,7 @@ const maxBody = 64 << 10
 // Handler serves every subresources.kemu.dev path.
 type Handler struct {
 	Kemu versioned.Interface
-	// Nodes reaches the node agents (console, vnc, guest reports).
+	// Nodes reaches the node agents (console, vnc, guest reports, stats).
 	Nodes NodeAgents
 	// Version is what the version endpoint reports.
 	Version string
@@ -72,6 +72,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.stream(w, r, verb, ri.Namespace, ri.Name)
 	case subresources.GuestOSInfoVerb, subresources.UserListVerb, subresources.FilesystemListVerb:
 		h.guest(w, r, verb, ri.Namespace, ri.Name)
+	case subresources.StatsVerb:
+		h.stats(w, r, ri.Namespace, ri.Name)
 	case subresources.Pause, subresources.Unpause, subresources.SoftReboot:
 		h.vmiRequest(w, r, verb, ri.Namespace, ri.Name)
 	case subresources.Migrate:

@@ -14,6 +14,7 @@ import (
 	"github.com/kemu-dev/kemu/ctl/local"
 	"github.com/kemu-dev/kemu/ctl/manifests"
 	"github.com/kemu-dev/kemu/ctl/shell"
+	"github.com/kemu-dev/kemu/ctl/top"
 	"github.com/kemu-dev/kemu/ctl/verbs"
 )
 
@@ -21,7 +22,7 @@ import (
 func newRootCommand(name string) *cobra.Command {
 	c := cli.NewCluster()
 	return cli.Root(name, c, append([]*cobra.Command{manifests.NewValidateCommand(), manifests.NewConvertCommand(),
-		local.NewCommand(), shell.NewCommand(verbs.ShellThroughPod(c)), newVersionCommand(c)},
+		local.NewCommand(), shell.NewCommand(verbs.ShellThroughPod(c)), newVersionCommand(c), top.NewCommand(c)},
 		verbs.Commands(c)...)...)
 }
 

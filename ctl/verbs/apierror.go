@@ -72,3 +72,10 @@ func requestError(kind, resource, ns, name string, err error) error {
 type conflictError struct{ ref string }
 
 func (e conflictError) Error() string { return e.ref + " changed meanwhile, try again" }
+
+// RequestError is requestError for other packages' commands (kemuctl
+// top): the error of a request about the object kind ns/name as kemuctl
+// says it.
+func RequestError(kind, resource, ns, name string, err error) error {
+	return requestError(kind, resource, ns, name, err)
+}

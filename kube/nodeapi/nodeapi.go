@@ -1,11 +1,11 @@
 // Package nodeapi is the contract between kemu-api and the node agents'
 // API: an HTTPS server on every node agent, mutually authenticated with
 // kemu's node CA (kube/migrationca), through which kemu-api reaches the
-// VMIs of that node — the serial console and VNC streams and the guest
-// agent's reports. kemu-api presents a client certificate with
-// ClientCommonName; a node agent presents its node certificate (its node's
-// name), so kemu-api knows it reached the VMI's node and the node agent
-// knows only kemu-api called.
+// VMIs of that node — the serial console and VNC streams, the guest
+// agent's reports and the VMI's resource figures (stats). kemu-api
+// presents a client certificate with ClientCommonName; a node agent
+// presents its node certificate (its node's name), so kemu-api knows it
+// reached the VMI's node and the node agent knows only kemu-api called.
 //
 // Requests: METHOD https://<node agent Pod IP>:<Port>/v1/namespaces/NS/virtualmachineinstances/NAME/VERB
 // with header UIDHeader naming the VMI's UID (the node agent refuses a VMI
@@ -37,6 +37,8 @@ const (
 	GuestOSInfo    = "guestosinfo"
 	UserList       = "userlist"
 	FilesystemList = "filesystemlist"
+	// Stats is the VMI's resource figures of now (no guest agent needed).
+	Stats = "stats"
 )
 
 // Path is the node agent API path of verb on the VMI namespace/name.

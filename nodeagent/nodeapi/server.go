@@ -2,7 +2,8 @@
 // server through which kemu-api, and only kemu-api, reaches the VMIs this
 // node agent runs — the serial console and VNC as HTTP/1.1 Upgrades spliced
 // with the launcher's Console and Vnc streams, and the guest agent's
-// reports (guestosinfo, userlist, filesystemlist) as JSON. TLS 1.3 with
+// reports (guestosinfo, userlist, filesystemlist) and the VMI's resource
+// figures (stats, the launcher's GetStats) as JSON. TLS 1.3 with
 // the node's certificate from the migration certificate store (renewals
 // apply to new connections); client certificates are required, verified
 // against kemu's CA and must be kemu-api's identity exactly. See
@@ -30,7 +31,7 @@ import (
 // Limits.
 const (
 	// DefaultCallTimeout bounds a non-stream call (guestosinfo, userlist,
-	// filesystemlist) end to end.
+	// filesystemlist, stats) end to end.
 	DefaultCallTimeout = 30 * time.Second
 	// readHeaderTimeout bounds a request's headers; maxHeaderBytes their
 	// size. No handler reads a request body.
@@ -128,7 +129,7 @@ func (s *Server) Close() error {
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	ns, name, verb := r.PathValue("namespace"), r.PathValue("name"), r.PathValue("verb")
 	switch verb {
-	case nodeapi.Console, nodeapi.VNC, nodeapi.GuestOSInfo, nodeapi.UserList, nodeapi.FilesystemList:
+	case nodeapi.Console, nodeapi.VNC, nodeapi.GuestOSInfo, nodeapi.UserList, nodeapi.FilesystemList, nodeapi.Stats:
 	default:
 		writeError(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no verb %q", verb))
 		return
@@ -158,6 +159,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	switch verb {
 	case nodeapi.Console, nodeapi.VNC:
 		s.serveStream(w, r, verb, l)
+	case nodeapi.Stats:
+		s.serveStats(w, r, l)
 	default:
 		s.serveGuest(w, r, verb, l)
 	}

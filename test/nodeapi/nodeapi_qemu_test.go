@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
@@ -118,6 +119,76 @@ func TestNodeAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("stats", func(t *testing.T) {
+		stats := func() (subresources.VirtualMachineInstanceStats, error) {
+			var st subresources.VirtualMachineInstanceStats
+			resp, body, err := get(ctx, addr, kemuAPI, ns, name, uid, nodeapi.Stats)
+			if err != nil {
+				return st, err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return st, errors.New(resp.Status + ": " + string(body))
+			}
+			return st, json.Unmarshal(body, &st)
+		}
+		// The guest booted from its root disk on one vCPU; its balloon
+		// driver reports once QEMU polled it.
+		var first subresources.VirtualMachineInstanceStats
+		err := poll(ctxFor(t, bootTimeout), func() error {
+			st, err := stats()
+			if err != nil {
+				return err
+			}
+			first = st
+			if st.CPU.VCPUs != 1 || st.CPU.VCPUNanoSeconds <= 0 || len(st.Drives) != 1 || st.Memory.GuestTotalBytes == nil {
+				return fmt.Errorf("not all figures yet: %+v", st)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := first.Memory
+		if first.Kind != subresources.StatsKind || first.APIVersion != subresources.GroupVersion {
+			t.Errorf("stats: kind %q apiVersion %q", first.Kind, first.APIVersion)
+		}
+		if d := first.Drives[0]; d.Name != "root" || d.ReadBytes <= 0 || d.ReadOps <= 0 {
+			t.Errorf("stats: drive %+v, want root with the boot's reads", d)
+		}
+		// No pod network here (autoattachPodInterface: false): no interface,
+		// an empty list (test/vmimetrics proves a tap's counters in GetStats).
+		if first.Interfaces == nil || len(first.Interfaces) != 0 {
+			t.Errorf("stats: interfaces %+v, want []", first.Interfaces)
+		}
+		if *m.GuestTotalBytes <= 0 || *m.GuestTotalBytes > 256<<20 || m.GuestUsedBytes == nil || *m.GuestUsedBytes > *m.GuestTotalBytes ||
+			m.QEMUResidentBytes == nil || *m.QEMUResidentBytes <= 0 || m.BalloonActualBytes == nil || *m.BalloonActualBytes != 256<<20 {
+			t.Errorf("stats: memory %+v", m)
+		}
+		if time.Since(first.Time.Time).Abs() > time.Minute {
+			t.Errorf("stats: time %v, now %v", first.Time, time.Now())
+		}
+		// Fresh on every call: a later sample is later and its counters
+		// have not gone back.
+		var second subresources.VirtualMachineInstanceStats
+		err = poll(ctxFor(t, stepTimeout), func() error {
+			st, err := stats()
+			if err != nil {
+				return err
+			}
+			second = st
+			if !st.Time.After(first.Time.Time) || st.CPU.VCPUNanoSeconds <= first.CPU.VCPUNanoSeconds {
+				return fmt.Errorf("no later sample: %v %d after %v %d", st.Time, st.CPU.VCPUNanoSeconds, first.Time, first.CPU.VCPUNanoSeconds)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(second.Drives) != 1 || second.Drives[0].ReadBytes < first.Drives[0].ReadBytes {
+			t.Errorf("stats: drives %+v after %+v", second.Drives, first.Drives)
+		}
+	})
+
 	t.Run("guestosinfo", func(t *testing.T) {
 		// The node agent's probe (nodeagent/vmi) pings the guest agent
 		// until it answers; the domain then reports it connected.
@@ -200,9 +271,13 @@ func TestNodeAPI(t *testing.T) {
 		}
 		wg.Wait()
 		// The launcher's VM is gone: not running.
-		resp, body, err := get(ctx, addr, kemuAPI, ns, name, uid, nodeapi.GuestOSInfo)
-		if err != nil || resp.StatusCode != http.StatusConflict {
-			t.Errorf("after the stop: %v %v %s", resp.StatusCode, err, body)
+		for _, verb := range []string{nodeapi.GuestOSInfo, nodeapi.Stats} {
+			resp, body, err := get(ctx, addr, kemuAPI, ns, name, uid, verb)
+			if err != nil {
+				t.Errorf("%s after the stop: %v", verb, err)
+			} else if resp.StatusCode != http.StatusConflict {
+				t.Errorf("%s after the stop: %s %s, want 409", verb, resp.Status, body)
+			}
 		}
 	})
 
