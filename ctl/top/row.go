@@ -61,44 +61,39 @@ func ComputeRow(namespace, name string, before, after *subresources.VirtualMachi
 	return r, nil
 }
 
-// netRates sums the interfaces both samples list.
-func netRates(before, after []subresources.InterfaceStats, dt float64) (rx, tx float64, err error) {
-	prev := map[string]subresources.InterfaceStats{}
+// rates sums, over the items both samples list (by name), the growth of
+// two counters per second; a counter that went down means the VMI's
+// counters started over.
+func rates[T any](before, after []T, dt float64, name func(T) string, counters func(T) (a, b int64)) (ra, rb float64, err error) {
+	prev := map[string]T{}
 	for _, i := range before {
-		prev[i.Name] = i
+		prev[name(i)] = i
 	}
-	var drx, dtx int64
+	var da, db int64
 	for _, i := range after {
-		p, ok := prev[i.Name]
+		p, ok := prev[name(i)]
 		if !ok {
 			continue
 		}
-		if i.RxBytes < p.RxBytes || i.TxBytes < p.TxBytes {
+		a0, b0 := counters(p)
+		a1, b1 := counters(i)
+		if a1 < a0 || b1 < b0 {
 			return 0, 0, ErrStartedOver
 		}
-		drx += i.RxBytes - p.RxBytes
-		dtx += i.TxBytes - p.TxBytes
+		da += a1 - a0
+		db += b1 - b0
 	}
-	return float64(drx) / dt, float64(dtx) / dt, nil
+	return float64(da) / dt, float64(db) / dt, nil
 }
 
-// diskRates sums the drives both samples list.
+// netRates are the received and transmitted bytes per second.
+func netRates(before, after []subresources.InterfaceStats, dt float64) (rx, tx float64, err error) {
+	return rates(before, after, dt, func(i subresources.InterfaceStats) string { return i.Name },
+		func(i subresources.InterfaceStats) (int64, int64) { return i.RxBytes, i.TxBytes })
+}
+
+// diskRates are the bytes read and written per second.
 func diskRates(before, after []subresources.DriveStats, dt float64) (rd, wr float64, err error) {
-	prev := map[string]subresources.DriveStats{}
-	for _, d := range before {
-		prev[d.Name] = d
-	}
-	var drd, dwr int64
-	for _, d := range after {
-		p, ok := prev[d.Name]
-		if !ok {
-			continue
-		}
-		if d.ReadBytes < p.ReadBytes || d.WriteBytes < p.WriteBytes {
-			return 0, 0, ErrStartedOver
-		}
-		drd += d.ReadBytes - p.ReadBytes
-		dwr += d.WriteBytes - p.WriteBytes
-	}
-	return float64(drd) / dt, float64(dwr) / dt, nil
+	return rates(before, after, dt, func(d subresources.DriveStats) string { return d.Name },
+		func(d subresources.DriveStats) (int64, int64) { return d.ReadBytes, d.WriteBytes })
 }
