@@ -150,6 +150,11 @@ func run(out, busybox string, ts time.Time) error {
 	return nil
 }
 
+// buildTags are the release build tags (the Makefile's BUILD_TAGS):
+// grpc-go without x/net/trace, whose html/template keeps every exported
+// method alive in the linker.
+const buildTags = "grpcnotrace"
+
 // goBuild builds pkg statically (CGO_ENABLED=0, linux/amd64, stripped) into
 // dest, with -X main.version=version when version is not "".
 func goBuild(dest, pkg, version string) error {
@@ -157,7 +162,7 @@ func goBuild(dest, pkg, version string) error {
 	if version != "" {
 		ldflags += " -X main.version=" + version
 	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags="+ldflags, "-o", dest, pkg)
+	build := exec.Command("go", "build", "-trimpath", "-tags", buildTags, "-ldflags="+ldflags, "-o", dest, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
