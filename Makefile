@@ -11,7 +11,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -X main.version=$(VERSION)
 COMMANDS   := $(notdir $(wildcard cmd/*))
 # grpcnotrace: grpc-go without golang.org/x/net/trace, whose html/template makes the linker keep every
-# exported method (kemu-launcher 25.5 -> 20.5 MB, kemu-api 70 -> 47 MB; hack/images/main.go buildTags).
+# exported method (kemu-launcher 25.5 -> 20.5 MB, kemu-api 70 -> 47 MB; hack/images/gobuild.Tags).
 BUILD_TAGS := grpcnotrace
 
 .PHONY: build deps generate verify-generated lint test test-qemu-distro unit fuzz testguest k8s images demo bench clean

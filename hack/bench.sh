@@ -56,8 +56,10 @@ section testguest "Test guest: QEMU (TCG) boot to the ready marker" \
 	go test -tags qemu -run '^$' -bench . -benchtime 5x -timeout 20m ./test/testguest/
 section qmp "QMP: query-status round trip vs a raw socket, event fan-out (real QEMU, TCG)" \
 	go test -tags qemu -run '^$' -bench . -benchmem -count 3 -timeout 20m ./qmp/
-section launcher "Launcher: start latency (exec -> running, excluding guest boot) and launcher RSS with one VM" \
-	go test -tags qemu -run '^$' -bench 'Start|LauncherRSS' -benchtime 10x -timeout 20m ./launcher/
+section launcher "Launcher: start latency (exec -> running, excluding guest boot); memory of the per-VM process with one booted 256Mi guest — kemu-launcher as in its Pod (release binary, pod network, own cgroup, WatchDomain open, GetStats answered) vs kemuctl run" \
+	go test -tags qemu -run '^$' -bench 'Start|LauncherRSS' -benchtime 10x -timeout 40m ./launcher/ ./cmd/kemu-launcher/
+section launcher-soak "Launcher soak: kemu-launcher as in its Pod with a WatchDomain stream open and GetStats every 10 s for 10 minutes (KEMU_SOAK), memory sampled every 10 s" \
+	go test -tags qemu -run '^$' -bench LauncherSoak -benchtime 1x -timeout 40m ./cmd/kemu-launcher/
 section ci-step "CI step: kemuctl run of the test guest to exit (TCG), wait for the agent and shut down (baseline) vs. issue 19's step: exec uname -a, exec false, --junit, --serial-log (wall time of the kemuctl process)" \
 	go test -tags qemu -run '^$' -bench BenchmarkCIStep -benchtime 1x -timeout 20m ./cmd/kemuctl/
 section controller "Controller: 200 VMIs created at once -> 200 launcher Pods, VMIs Scheduling (real etcd + kube-apiserver; restart=true replaces the controller halfway)" \

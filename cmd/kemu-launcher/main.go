@@ -37,6 +37,7 @@ import (
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
 	"github.com/kemu-dev/kemu/launcher/dropcaps"
+	"github.com/kemu-dev/kemu/launcher/memtrim"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/launcher/signals"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
@@ -173,6 +174,12 @@ func run() int {
 		klog.ErrorS(err, "Dropping the launcher's capabilities; killing the VM")
 		_, _ = l.Kill(ctx)
 		return 1
+	}
+	// Setup is over: give back what only it used (launcher/memtrim).
+	if r, err := memtrim.Release(); err != nil {
+		klog.ErrorS(err, "Releasing the setup's memory")
+	} else {
+		klog.V(2).InfoS("Released the setup's memory", "executableBytes", r.FileBytes, "mappings", len(r.Mappings))
 	}
 	r := signals.Run(ctx, serverVM{Launcher: l, srv: srv}, signals.Options{
 		Signals: sigs,

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -165,6 +166,10 @@ spec:
 	if !strings.Contains(stderr.String(), "reason=\"GuestShutdown\"") {
 		t.Errorf("no GuestShutdown in the log")
 	}
+	// Once the VM ran, the launcher gave back what only its setup used.
+	if !strings.Contains(stderr.String(), "Released the setup's memory") {
+		t.Errorf("the launcher did not release its setup's memory (launcher/memtrim)")
+	}
 	if sub, _ := filepath.Glob(filepath.Join(container.dir, "kemu-qemu-*")); len(sub) > 0 {
 		t.Errorf("QEMU's device cgroup left behind: %v", sub)
 	}
@@ -175,6 +180,9 @@ spec:
 	}
 }
 
+// testCgroups numbers the container cgroups of this test process.
+var testCgroups atomic.Int64
+
 type testCgroup struct {
 	dir string
 	fd  int
@@ -182,13 +190,13 @@ type testCgroup struct {
 
 // containerCgroup is a fresh cgroup beside the test's own, standing in for
 // a container's: owned by root, mode 0755 (the host's root cgroup is 0555).
-func containerCgroup(t *testing.T) testCgroup {
+func containerCgroup(t testing.TB) testCgroup {
 	t.Helper()
 	h, err := cgroup.Self()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(h.Dir, fmt.Sprintf("kemu-test-launcher-%d", os.Getpid()))
+	dir := filepath.Join(h.Dir, fmt.Sprintf("kemu-test-launcher-%d-%d", os.Getpid(), testCgroups.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

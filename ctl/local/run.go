@@ -16,6 +16,7 @@ import (
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/cmdserver"
+	"github.com/kemu-dev/kemu/launcher/memtrim"
 	"github.com/kemu-dev/kemu/launcher/signals"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/qmp"
@@ -143,6 +144,11 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 
 	if os.Geteuid() == 0 {
 		say("QEMU runs as uid %d gid %d without capabilities", unpriv.UID, unpriv.GID)
+	}
+
+	// The VM's setup is over: give back what only it used (launcher/memtrim).
+	if _, err := memtrim.Release(); err != nil {
+		say("%v", err)
 	}
 
 	w := l.Watch(true)

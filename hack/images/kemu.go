@@ -32,6 +32,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kemu-dev/kemu/hack/images/gobuild"
 )
 
 // Image names (the tag is -version; each archive also names :latest, which
@@ -123,7 +125,7 @@ func runKemu(out, version, testguest string, ts time.Time) error {
 	// Go binaries, static (no cgo anywhere in kemu: these run without a libc).
 	bins := []string{"kemu-launcher", "kemu-copy", "kemuctl", "kemu-controller", "kemu-nodeagent", "kemu-api"}
 	for _, b := range bins {
-		if err := goBuild(filepath.Join(tmp, b), "github.com/kemu-dev/kemu/cmd/"+b, version); err != nil {
+		if err := gobuild.Build(filepath.Join(tmp, b), "github.com/kemu-dev/kemu/cmd/"+b, version); err != nil {
 			return err
 		}
 		if err := staticELF(filepath.Join(tmp, b)); err != nil {

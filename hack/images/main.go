@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -45,6 +44,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kemu-dev/kemu/hack/images/gobuild"
 )
 
 // Image references; test/cluster uses the same strings.
@@ -124,7 +125,7 @@ func run(out, busybox string, ts time.Time) error {
 	defer os.RemoveAll(tmp)
 	pause := filepath.Join(tmp, "pause")
 	// The package next to this file, built statically for the image.
-	if err := goBuild(pause, "github.com/kemu-dev/kemu/hack/images/pause", ""); err != nil {
+	if err := gobuild.Build(pause, "github.com/kemu-dev/kemu/hack/images/pause", ""); err != nil {
 		return err
 	}
 	specs := []imageSpec{
@@ -146,26 +147,6 @@ func run(out, busybox string, ts time.Time) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		fmt.Printf("%s %s %s\n", s.name, s.refs[0], d)
-	}
-	return nil
-}
-
-// buildTags are the release build tags (the Makefile's BUILD_TAGS):
-// grpc-go without x/net/trace, whose html/template keeps every exported
-// method alive in the linker.
-const buildTags = "grpcnotrace"
-
-// goBuild builds pkg statically (CGO_ENABLED=0, linux/amd64, stripped) into
-// dest, with -X main.version=version when version is not "".
-func goBuild(dest, pkg, version string) error {
-	ldflags := "-s -w"
-	if version != "" {
-		ldflags += " -X main.version=" + version
-	}
-	build := exec.Command("go", "build", "-trimpath", "-tags", buildTags, "-ldflags="+ldflags, "-o", dest, pkg)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if b, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return nil
 }
