@@ -26,7 +26,7 @@ WANT_QEMU_MAJOR=10
 # covers boot (disk, kernel, EFI), disks, pause, the guest agent, shutdown,
 # the pod network, QEMU's crash and kill, and migration (incoming argv,
 # precopy, postcopy, cancel); docs/decisions.md says why these.
-PACKAGES=(qmp launcher/cmdline launcher/cmdserver cmd/kemu-launcher cmd/kemuctl test/testguest devices/kvm launcher)
+PACKAGES=(qmp launcher/cmdline launcher/storage launcher/cmdserver cmd/kemu-launcher cmd/kemuctl test/testguest devices/kvm launcher)
 declare -A RUN=(
 	[launcher]='^(TestDiskBootDevicesPauseAgentShutdown|TestKernelBootWithProbe|TestEFIBoot|TestGuestExecAndCopyBounds|TestPodNetworkMasquerade|TestQEMUCrashIsReported|TestBadInputLeavesNothing|TestKilledLauncherTakesQEMU|TestStartIncoming|TestMigrationIdleGuest|TestMigrationPostCopyLauncherTarget|TestMigrationCancel)$'
 )

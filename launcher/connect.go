@@ -30,17 +30,23 @@ func (l *Launcher) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if l.vmi.Spec.Domain.Devices.AutoattachSerialConsole == nil || *l.vmi.Spec.Domain.Devices.AutoattachSerialConsole {
-		if l.con, err = startConsole(cctx, l.paths.Serial, filepath.Join(l.cfg.Dir, "console.log"), l.cfg.ConsoleLogSize, l.cfg.ConsoleCopy); err != nil {
-			return fmt.Errorf("launcher: serial console: %w", err)
+	err = l.timed("attach", func() error {
+		if l.vmi.Spec.Domain.Devices.AutoattachSerialConsole == nil || *l.vmi.Spec.Domain.Devices.AutoattachSerialConsole {
+			if l.con, err = startConsole(cctx, l.paths.Serial, filepath.Join(l.cfg.Dir, "console.log"), l.cfg.ConsoleLogSize, l.cfg.ConsoleCopy); err != nil {
+				return fmt.Errorf("launcher: serial console: %w", err)
+			}
 		}
-	}
-	for i, h := range l.cfg.Hooks {
-		if err := h(ctx, l.mon); err != nil {
-			return fmt.Errorf("launcher: pre-start hook %d: %w", i, err)
+		for i, h := range l.cfg.Hooks {
+			if err := h(ctx, l.mon); err != nil {
+				return fmt.Errorf("launcher: pre-start hook %d: %w", i, err)
+			}
 		}
+		l.pollBalloonStats(cctx)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	l.pollBalloonStats(cctx)
 	go l.followEvents()
 	go l.supervise()
 	return nil

@@ -45,6 +45,13 @@ spec:
 	if i := slices.Index(argv, "-incoming"); i < 0 || i+1 >= len(argv) || argv[i+1] != "defer" || !slices.Contains(argv, "-S") {
 		t.Errorf("argv lacks -S -incoming defer: %s", strings.Join(argv, " "))
 	}
+	// QEMU inherited its QMP socket listening; the launcher keeps no copy.
+	if !slices.ContainsFunc(argv, func(a string) bool { return strings.HasPrefix(a, "socket,id=qmp,fd=") }) || l.qmpListener != nil {
+		t.Errorf("QMP socket not handed to QEMU as an fd (launcher's copy %v): %s", l.qmpListener, strings.Join(argv, " "))
+	}
+	if fi, err := os.Stat(l.paths.QMP); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("QMP socket %s: %v %v, want mode 0600", l.paths.QMP, fi.Mode(), err)
+	}
 	st, err := l.Monitor().QueryStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +67,7 @@ spec:
 	for _, p := range l.Phases {
 		phases = append(phases, p.Name)
 	}
-	if !slices.Equal(phases, []string{"prepare", "exec", "qmp-connect"}) {
+	if !slices.Equal(phases, []string{"prepare", "exec", "qmp-connect", "attach", "verify"}) {
 		t.Errorf("phases %v: an incoming start is not resumed", phases)
 	}
 	pid, cg := d.PID, l.DeviceCgroup()

@@ -109,6 +109,9 @@ type Launcher struct {
 	argv     []string
 	nics     []cmdline.NIC
 	files    []*os.File // handed to QEMU as fds 3, 4, …
+	// qmpListener is the QMP socket QEMU inherits (among files); the
+	// launcher's copy is closed once QEMU has it (closeQMPListener).
+	qmpListener *os.File
 
 	net       *netsetup.Result
 	netCancel context.CancelFunc
@@ -216,8 +219,8 @@ func (l *Launcher) Start(ctx context.Context) error { return l.start(ctx, false)
 // it. On any error nothing is left behind, as with Start.
 func (l *Launcher) StartIncoming(ctx context.Context) error { return l.start(ctx, true) }
 
-// start runs the steps: prepare → exec → connect → resume (a normal start
-// only).
+// start runs the steps: prepare → exec → connect → verify → resume (a
+// normal start only).
 func (l *Launcher) start(ctx context.Context, incoming bool) (err error) {
 	l.state = newDomainState(l.cfg.Accel)
 	defer func() {
@@ -235,6 +238,11 @@ func (l *Launcher) start(ctx context.Context, incoming bool) (err error) {
 	}
 	if err := l.connect(ctx); err != nil {
 		return err
+	}
+	// qemu-img's verdict on the images, which ran while QEMU started,
+	// before the guest may run (storage.Prepared.Verify).
+	if err := l.timed("verify", func() error { return l.prepared.Verify(ctx) }); err != nil {
+		return fmt.Errorf("launcher: preparing volumes: %w", err)
 	}
 	if incoming {
 		l.state.handle(event{kind: evIncoming})

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -57,11 +58,24 @@ func launcherArgv(tb testing.TB, yaml string) ([]string, string) {
 	if err := l.StartIncoming(ctx); err != nil {
 		tb.Fatalf("start: %v", err)
 	}
+	// The launcher hands QEMU its QMP socket as an inherited fd; a plain
+	// QEMU creates it at the same path instead.
+	byFD, err := cmdline.SocketChardev{ID: cmdline.ChardevQMP, FD: l.paths.QMPFD}.Args()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	byPath, err := cmdline.SocketChardev{ID: cmdline.ChardevQMP, Path: l.paths.QMP}.Args()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	var argv []string
 	for _, a := range l.Argv() {
 		if n := len(argv); n > 0 && argv[n-1] == "-incoming" {
 			argv = argv[:n-1] // startPlain adds it back for a target
 			continue
+		}
+		if a == byFD[1] {
+			a = byPath[1]
 		}
 		argv = append(argv, a)
 	}

@@ -2,12 +2,16 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 
 	"k8s.io/klog/v2"
 
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/devices/kvm"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/images"
@@ -44,8 +48,11 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	}
 	facts := cmdline.Facts{Binary: l.cfg.QEMU, Accel: l.accel, OVMF: cmdline.FindOVMF()}
 	// The binary says which machine types it has: QEMU versions differ.
-	if facts.Machines, err = cmdline.DetectMachines(ctx, l.cfg.QEMU); err != nil {
-		return fmt.Errorf("launcher: %w", err)
+	// Not asked (a QEMU start, 14 ms) for q35 or pc, which every QEMU has.
+	if !v1.UniversalMachineType(l.vmi.Spec.Domain.Machine.Type) {
+		if facts.Machines, err = cmdline.DetectMachines(ctx, l.cfg.QEMU); err != nil {
+			return fmt.Errorf("launcher: %w", err)
+		}
 	}
 	if _, err := os.Stat("/dev/vhost-net"); err == nil {
 		facts.VhostNet = true
@@ -61,6 +68,8 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	if err := l.network(); err != nil {
 		return err
 	}
+	// QEMU inherits its QMP socket listening (listenQMP), after the taps.
+	l.paths.QMPFD = 3 + len(l.files)
 	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.nics,
 		Drives: map[string]cmdline.Drive{}, Incoming: incoming}
 	for name, v := range l.prepared.Volumes {
@@ -72,7 +81,53 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	if l.argv, err = cmdline.Build(in); err != nil {
 		return fmt.Errorf("launcher: QEMU command line: %w", err)
 	}
+	if err := l.listenQMP(); err != nil {
+		return err
+	}
 	return l.labelFiles()
+}
+
+// listenQMP makes QEMU's monitor socket at Paths.QMP, listening, for QEMU
+// to inherit at Paths.QMPFD: the launcher connects the moment QEMU is
+// started (the connection waits in the socket's backlog until QEMU's main
+// loop accepts it and greets), instead of polling for QEMU to create the
+// path. Only the launcher connects: the file is root's, 0600.
+func (l *Launcher) listenQMP() error {
+	if err := os.Remove(l.paths.QMP); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("launcher: QMP socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: l.paths.QMP, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("launcher: QMP socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	f, err := ln.File() // a duplicate, still listening after ln closes
+	ln.Close()
+	if err == nil {
+		err = os.Chmod(l.paths.QMP, 0o600)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return fmt.Errorf("launcher: QMP socket: %w", err)
+	}
+	if want := 3 + len(l.files); want != l.paths.QMPFD {
+		f.Close()
+		return fmt.Errorf("launcher: QMP socket: fd %d in QEMU's command line, but it would be fd %d", l.paths.QMPFD, want)
+	}
+	l.qmpListener = f
+	l.files = append(l.files, f)
+	return nil
+}
+
+// closeQMPListener closes the launcher's copy of QEMU's QMP socket once
+// QEMU has its own (or will never start).
+func (l *Launcher) closeQMPListener() {
+	if l.qmpListener != nil {
+		l.qmpListener.Close()
+		l.qmpListener = nil
+	}
 }
 
 // chooseAccel is Config.Accel, or kvm if the KVM probe booted a guest

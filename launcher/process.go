@@ -67,7 +67,9 @@ func (l *Launcher) exec() error {
 		l.exitErr = cmd.Wait()
 		close(l.exited)
 	}()
-	if err := <-started; err != nil {
+	err = <-started
+	l.closeQMPListener() // QEMU has its own copy, or will never start
+	if err != nil {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
 	}
 	l.state.handle(event{kind: evExec, pid: cmd.Process.Pid, selinuxContext: l.label.Process, deviceCgroup: l.DeviceCgroup()})
@@ -99,6 +101,7 @@ func (l *Launcher) supervise() {
 // sockets, the runtime directory. Idempotent.
 func (l *Launcher) finish() {
 	l.cleanup.Do(func() {
+		l.closeQMPListener()
 		l.mu.Lock()
 		if l.agent != nil {
 			l.agent.Close()

@@ -25,11 +25,15 @@ const (
 // VMI's machine type: only a versioned one (pc-q35-X.Y, pc-i440fx-X.Y),
 // which not every QEMU has; the aliases q35 and pc exist in all.
 func MachineTypeNodeSelector(machine string) (label string, ok bool) {
-	if machine == "" || machine == "q35" || machine == "pc" {
+	if machine == "" || UniversalMachineType(machine) {
 		return "", false
 	}
 	return NodeMachineTypeLabelPrefix + machine, true
 }
+
+// UniversalMachineType says whether every x86_64 QEMU has the machine
+// type: the unversioned aliases q35 and pc (each the newest of its kind).
+func UniversalMachineType(machine string) bool { return machine == "q35" || machine == "pc" }
 
 // Requests a user makes of a running VMI through annotations, reconciled
 // by the node agent on the VMI's node (there are no subresources without an

@@ -172,10 +172,15 @@ func (b *builder) socket(field, path string) string {
 // chardevs: two QMP monitors, the serial console, the guest agent channel.
 func (b *builder) chardevs() {
 	p := b.in.Paths
-	if p.QMP == "" {
+	qmp := SocketChardev{ID: ChardevQMP, FD: p.QMPFD}
+	switch {
+	case p.QMPFD != 0:
+	case p.QMP == "":
 		b.fail("Paths.QMP", "required")
+	default:
+		qmp.Path = b.socket("Paths.QMP", p.QMP)
 	}
-	b.add("Paths.QMP", SocketChardev{ID: ChardevQMP, Path: b.socket("Paths.QMP", p.QMP)}, QMPMonitor{Chardev: ChardevQMP})
+	b.add("Paths.QMP", qmp, QMPMonitor{Chardev: ChardevQMP})
 	if p.QMPDebug != "" {
 		b.add("Paths.QMPDebug", SocketChardev{ID: ChardevQMPDebug, Path: b.socket("Paths.QMPDebug", p.QMPDebug)},
 			QMPMonitor{Chardev: ChardevQMPDebug})

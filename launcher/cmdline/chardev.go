@@ -1,24 +1,43 @@
 package cmdline
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // MaxSocketPath is the longest unix socket path (sun_path holds 108 bytes
 // with the terminating NUL).
 const MaxSocketPath = 107
 
 // SocketChardev is a listening unix socket chardev that does not wait for
-// a client: -chardev socket,id=ID,path=PATH,server=on,wait=off.
-type SocketChardev struct{ ID, Path string }
+// a client: -chardev socket,id=ID,path=PATH,server=on,wait=off, or, with
+// FD, on a socket the launcher made and QEMU inherited, already listening
+// (fd=FD): the launcher connects as soon as QEMU started, without polling
+// for the path to appear.
+type SocketChardev struct {
+	ID, Path string
+	FD       int
+}
 
 // Args implements Device.
 func (c SocketChardev) Args() ([]string, error) {
-	if c.Path == "" {
+	o := newOpts("socket").add("id", c.ID)
+	switch {
+	case c.FD != 0 && c.Path != "":
+		return nil, fmt.Errorf("-chardev %s: a socket path and an fd", c.ID)
+	case c.FD != 0:
+		if c.FD < 3 {
+			return nil, fmt.Errorf("-chardev %s: fd %d is not an inherited one (3 or more)", c.ID, c.FD)
+		}
+		o.add("fd", strconv.Itoa(c.FD))
+	case c.Path == "":
 		return nil, fmt.Errorf("-chardev %s: no socket path", c.ID)
-	}
-	if len(c.Path) > MaxSocketPath {
+	case len(c.Path) > MaxSocketPath:
 		return nil, fmt.Errorf("-chardev %s: socket path is %d bytes, longer than %d", c.ID, len(c.Path), MaxSocketPath)
+	default:
+		o.add("path", c.Path)
 	}
-	return newOpts("socket").add("id", c.ID).add("path", c.Path).add("server", "on").add("wait", "off").arg("-chardev")
+	return o.add("server", "on").add("wait", "off").arg("-chardev")
 }
 
 // QMPMonitor is a QMP monitor on a chardev.

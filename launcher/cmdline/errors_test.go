@@ -154,6 +154,8 @@ func TestBuildErrors(t *testing.T) {
 		{name: "long socket path", yaml: baseYAML, mod: func(in *Input) { in.Paths.QMP = "/" + strings.Repeat("x", 107) },
 			want: "Paths.QMP", rest: "at most 107"},
 		{name: "no QMP socket", yaml: baseYAML, mod: func(in *Input) { in.Paths.QMP = "" }, want: "Paths.QMP"},
+		{name: "QMP fd not inherited", yaml: baseYAML, mod: func(in *Input) { in.Paths.QMP, in.Paths.QMPFD = "", 2 }, want: "Paths.QMP",
+			rest: "fd 2 is not an inherited one"},
 		{name: "no VNC socket with graphics", yaml: baseYAML, mod: func(in *Input) { in.Paths.VNC = "" }, want: "Paths.VNC",
 			rest: "autoattachGraphicsDevice"},
 		{name: "long VNC socket path", yaml: baseYAML, mod: func(in *Input) { in.Paths.VNC = "/" + strings.Repeat("v", 107) },

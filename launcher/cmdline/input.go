@@ -23,10 +23,13 @@ const (
 // in sun_path (at most 107 bytes).
 type Paths struct {
 	QMP, QMPDebug string // two QMP unix sockets: the launcher's and one for debugging ("" = none)
-	Serial        string // serial console unix socket; the launcher reads it
-	GuestAgent    string // qemu-ga virtio-serial chardev socket ("" = no agent channel)
-	VNC           string // VNC server unix socket; required when the VMI has graphics
-	EFIVars       string // writable copy of the OVMF vars template (OVMF.Pick says which)
+	// QMPFD is the launcher's QMP socket, made and listening, as QEMU
+	// inherits it (3 or more); 0: QEMU creates QMP itself.
+	QMPFD      int
+	Serial     string // serial console unix socket; the launcher reads it
+	GuestAgent string // qemu-ga virtio-serial chardev socket ("" = no agent channel)
+	VNC        string // VNC server unix socket; required when the VMI has graphics
+	EFIVars    string // writable copy of the OVMF vars template (OVMF.Pick says which)
 }
 
 // Drive is a prepared volume: the file or block device QEMU opens.

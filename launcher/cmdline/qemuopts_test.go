@@ -168,3 +168,31 @@ func TestOptsHead(t *testing.T) {
 		t.Errorf("head with ',': %q read back as %q", s, got)
 	}
 }
+
+func TestSocketChardev(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    SocketChardev
+		want string // the -chardev value, or the error's text
+		err  bool
+	}{
+		{name: "path", c: SocketChardev{ID: "qmp", Path: "/run/kemu/qmp.sock"}, want: "socket,id=qmp,path=/run/kemu/qmp.sock,server=on,wait=off"},
+		{name: "fd", c: SocketChardev{ID: "qmp", FD: 5}, want: "socket,id=qmp,fd=5,server=on,wait=off"},
+		{name: "both", c: SocketChardev{ID: "qmp", Path: "/x", FD: 5}, want: "a socket path and an fd", err: true},
+		{name: "stdio fd", c: SocketChardev{ID: "qmp", FD: 1}, want: "not an inherited one", err: true},
+		{name: "neither", c: SocketChardev{ID: "qmp"}, want: "no socket path", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, err := tc.c.Args()
+			if tc.err {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Args() = %q, %v; want an error with %q", args, err, tc.want)
+				}
+				return
+			}
+			if err != nil || len(args) != 2 || args[0] != "-chardev" || args[1] != tc.want {
+				t.Errorf("Args() = %q, %v; want -chardev %s", args, err, tc.want)
+			}
+		})
+	}
+}

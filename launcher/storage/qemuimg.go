@@ -81,15 +81,3 @@ func (info *imageInfo) checkBase() error {
 	}
 	return nil
 }
-
-// createQCOW2 makes an empty qcow2 image of size bytes.
-func (q qemuImg) createQCOW2(ctx context.Context, path string, size int64) error {
-	_, err := q.run(ctx, "create", "-q", "-f", FormatQCOW2, path, fmt.Sprint(size))
-	return err
-}
-
-// createOverlay makes a qcow2 overlay on base (opened read-only by QEMU).
-func (q qemuImg) createOverlay(ctx context.Context, path, base, baseFormat string) error {
-	_, err := q.run(ctx, "create", "-q", "-f", FormatQCOW2, "-F", baseFormat, "-b", base, path)
-	return err
-}

@@ -4,8 +4,9 @@
 //   - containerDisk: the image's disk (qcow2 or raw, detected by qemu-img,
 //     never by name; images with a backing or external data file are refused)
 //     is extracted once into the image cache, read-only (0444), and used
-//     through a qcow2 overlay <Dir>/<volume>.qcow2 that lives and dies with the
-//     VM. The cached base is never written.
+//     through a qcow2 overlay <Dir>/<volume>.qcow2 (written by kemu,
+//     qcow2.go) that lives and dies with the VM. The cached base is never
+//     written.
 //   - emptyDisk: a qcow2 of the capacity (rounded up to 512 bytes) at
 //     <Dir>/<volume>.qcow2, removed with the VM.
 //   - hostDisk: Disk must exist. DiskOrCreate creates a sparse raw file of
@@ -115,6 +116,34 @@ type Prepared struct {
 
 	mu    sync.Mutex
 	owned []string // files that live and die with the VM
+	// checks are qemu-img's verdicts on the containerDisks' images,
+	// coming while QEMU starts (Verify).
+	checks []<-chan error
+}
+
+// Verify waits for qemu-img's verdict on every containerDisk image. To
+// start QEMU without waiting for an exec of qemu-img, Prepare reads the
+// images' headers itself (probeImage) and runs `qemu-img info` at the same
+// time; Verify returns its verdict: the same format and size, and no
+// backing or external data file, else a *FieldError naming the volume.
+// The guest must not run before Verify returned nil: the launcher calls it
+// before it resumes the guest (or hands a migration target over).
+func (p *Prepared) Verify(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	for _, c := range p.checks {
+		select {
+		case err := <-c:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("storage: waiting for qemu-img: %w", ctx.Err())
+		}
+	}
+	p.checks = nil
+	return nil
 }
 
 // FieldError is an error caused by one field of the VMI.
@@ -261,7 +290,7 @@ func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string
 	case v.ContainerDisk != nil:
 		return pr.containerDisk(ctx, v, field+".containerDisk")
 	case v.EmptyDisk != nil:
-		return pr.emptyDisk(ctx, v, field+".emptyDisk")
+		return pr.emptyDisk(v, field+".emptyDisk")
 	case v.HostDisk != nil:
 		return pr.hostDisk(v, field+".hostDisk")
 	case v.PersistentVolumeClaim != nil:
@@ -309,22 +338,43 @@ func (pr *preparer) containerDisk(ctx context.Context, v *v1alpha1.Volume, field
 			return Volume{}, &FieldError{Field: f, Err: err}
 		}
 	}
-	info, err := pr.qemu.info(ctx, base)
+	info, err := probeImage(base)
 	if err != nil {
-		return Volume{}, fieldErr(field+".image", "image %q: %w", cd.Image, err)
+		return Volume{}, fieldErr(field+".image", "image %q: disk %s: %w", cd.Image, base, err)
 	}
 	if err := info.checkBase(); err != nil {
 		return Volume{}, fieldErr(field+".image", "image %q: disk %s: %w", cd.Image, base, err)
 	}
+	pr.verify(ctx, field+".image", cd.Image, base, info)
 	overlay, err := pr.vmFile(v.Name + ".qcow2")
 	if err != nil {
 		return Volume{}, fieldErr(field, "%w", err)
 	}
-	if err := pr.qemu.createOverlay(ctx, overlay, base, info.Format); err != nil {
+	if err := writeQCOW2(overlay, info.VirtualSize, base, info.Format); err != nil {
 		return Volume{}, fieldErr(field, "overlay for image %q: %w", cd.Image, err)
 	}
 	return Volume{Kind: KindContainerDisk, Path: overlay, Format: FormatQCOW2, Size: info.VirtualSize,
 		Base: base, BaseFormat: info.Format}, nil
+}
+
+// verify runs qemu-img info on a containerDisk image the launcher probed
+// itself, in the background; Prepared.Verify collects the verdict.
+func (pr *preparer) verify(ctx context.Context, field, image, path string, probed *imageInfo) {
+	c := make(chan error, 1)
+	pr.p.checks = append(pr.p.checks, c)
+	go func() {
+		info, err := pr.qemu.info(ctx, path)
+		switch {
+		case err != nil:
+			err = fieldErr(field, "image %q: %w", image, err)
+		case info.checkBase() != nil:
+			err = fieldErr(field, "image %q: disk %s: %w", image, path, info.checkBase())
+		case info.Format != probed.Format || info.VirtualSize != probed.VirtualSize:
+			err = fieldErr(field, "image %q: disk %s: qemu-img reads it as %s of %d bytes, not %s of %d bytes",
+				image, path, info.Format, info.VirtualSize, probed.Format, probed.VirtualSize)
+		}
+		c <- err
+	}()
 }
 
 // copiedDisk finds the disk an init container copied into dir: the file
@@ -359,7 +409,7 @@ func copiedDisk(dir, path string) (string, error) {
 
 func roundUp512(n int64) int64 { return (n + 511) &^ 511 }
 
-func (pr *preparer) emptyDisk(ctx context.Context, v *v1alpha1.Volume, field string) (Volume, error) {
+func (pr *preparer) emptyDisk(v *v1alpha1.Volume, field string) (Volume, error) {
 	size := v.EmptyDisk.Capacity.Value()
 	if size <= 0 {
 		return Volume{}, fieldErr(field+".capacity", "must be positive, not %s", v.EmptyDisk.Capacity.String())
@@ -369,7 +419,7 @@ func (pr *preparer) emptyDisk(ctx context.Context, v *v1alpha1.Volume, field str
 	if err != nil {
 		return Volume{}, fieldErr(field, "%w", err)
 	}
-	if err := pr.qemu.createQCOW2(ctx, p, size); err != nil {
+	if err := writeQCOW2(p, size, "", ""); err != nil {
 		return Volume{}, fieldErr(field, "%w", err)
 	}
 	return Volume{Kind: KindEmptyDisk, Path: p, Format: FormatQCOW2, Size: size}, nil

@@ -461,6 +461,9 @@ func TestPrepareErrors(t *testing.T) {
 	backed := filepath.Join(t.TempDir(), "backed.qcow2")
 	run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", regular, backed, "1M")
 	backedData, _ := os.ReadFile(backed)
+	dataFile := filepath.Join(t.TempDir(), "datafile.qcow2")
+	run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-o", "data_file="+filepath.Join(t.TempDir(), "data.raw"), dataFile, "1M")
+	dataFileData, _ := os.ReadFile(dataFile)
 	vmdk := filepath.Join(t.TempDir(), "x.vmdk")
 	run(t, "qemu-img", "create", "-q", "-f", "vmdk", vmdk, "1M")
 	vmdkData, _ := os.ReadFile(vmdk)
@@ -519,12 +522,14 @@ func TestPrepareErrors(t *testing.T) {
 			field: "spec.volumes[0].containerDisk.image", text: "not present in the local cache"},
 		{name: "containerDisk with backing file", vols: []v1alpha1.Volume{cd("oci:"+diskLayout(t, "d.qcow2", backedData), "")},
 			field: "spec.volumes[0].containerDisk.image", text: "has a backing file"},
+		{name: "containerDisk with an external data file", vols: []v1alpha1.Volume{cd("oci:"+diskLayout(t, "d.qcow2", dataFileData), "")},
+			field: "spec.volumes[0].containerDisk.image", text: "has an external data file"},
 		{name: "containerDisk vmdk", vols: []v1alpha1.Volume{cd("oci:"+diskLayout(t, "d.img", vmdkData), "")},
 			field: "spec.volumes[0].containerDisk.image", text: `format "vmdk" is not supported`},
 		{name: "containerDisk no store", vols: []v1alpha1.Volume{cd("oci:"+a.ContainerDiskOCI, "")},
 			opts: func(o *Options) { o.Images = nil }, field: "spec.volumes[0].containerDisk.image", text: "no image store"},
-		{name: "qemu-img missing", vols: []v1alpha1.Volume{good},
-			opts: func(o *Options) { o.QemuImg = "/nonexistent/qemu-img" }, field: "spec.volumes[0].emptyDisk", text: "/nonexistent/qemu-img"},
+		{name: "qemu-img missing", vols: []v1alpha1.Volume{cd("oci:"+a.ContainerDiskOCI, "")},
+			opts: func(o *Options) { o.QemuImg = "/nonexistent/qemu-img" }, field: "spec.volumes[0].containerDisk.image", text: "/nonexistent/qemu-img"},
 		{name: "cloud-init bad base64", vols: []v1alpha1.Volume{good, {Name: "ci", CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{UserDataBase64: "@@@"}}},
 			field: "spec.volumes[1].cloudInitNoCloud.userDataBase64", text: "invalid base64"},
 		{name: "cloud-init missing secret", vols: []v1alpha1.Volume{{Name: "ci", CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{SecretRef: &corev1.LocalObjectReference{Name: "s"}}}},
@@ -556,7 +561,12 @@ func TestPrepareErrors(t *testing.T) {
 			}
 			p, err := Prepare(ctxT(t), vmi, opts)
 			if err == nil {
+				// What qemu-img finds while QEMU starts (the launcher
+				// then cleans up as after any failed start).
+				err = p.Verify(ctxT(t))
 				p.Cleanup()
+			}
+			if err == nil {
 				t.Fatal("no error")
 			}
 			var fe *FieldError
