@@ -32,6 +32,24 @@ var migrationWriteResources = map[string]bool{
 // migrationWriteResources.
 func (ev *env) apiWrites(tb testing.TB) map[string]float64 {
 	tb.Helper()
+	return ev.apiRequests(tb, func(map[string]string) bool { return true })
+}
+
+// apiConflicts is how many of those writes were refused with 409 Conflict.
+func (ev *env) apiConflicts(tb testing.TB) float64 {
+	tb.Helper()
+	var n float64
+	for _, v := range ev.apiRequests(tb, func(l map[string]string) bool { return l["code"] == "409" }) {
+		n += v
+	}
+	return n
+}
+
+// apiRequests sums apiserver_request_total's write requests to
+// migrationWriteResources whose labels keep accepts, per
+// resource[/subresource].
+func (ev *env) apiRequests(tb testing.TB, keep func(labels map[string]string) bool) map[string]float64 {
+	tb.Helper()
 	out, stderr, err := ev.c.Kubectl("get", "--raw", "/metrics")
 	if err != nil {
 		tb.Fatalf("kube-apiserver metrics: %v %s", err, stderr)
@@ -58,7 +76,7 @@ func (ev *env) apiWrites(tb testing.TB) map[string]float64 {
 		default:
 			continue
 		}
-		if !migrationWriteResources[l["resource"]] {
+		if !migrationWriteResources[l["resource"]] || !keep(l) {
 			continue
 		}
 		n, err := strconv.ParseFloat(value, 64)
