@@ -14,7 +14,7 @@ APT_PACKAGES=(
 	shellcheck                                # make lint: actionlint's and action.yml's shell steps
 	debootstrap                               # make test-qemu-distro: the Debian 13 root with QEMU 10.x
 	protobuf-compiler                         # protoc, for the launcher's command server API
-	containerd runc containernetworking-plugins iptables # test/cluster's node (kubelet's runtime, CNI bridge)
+	runc containernetworking-plugins iptables # test/cluster's node (runc under make k8s's containerd 2.x, CNI bridge)
 )
 
 # Go tools, pinned. controller-tools and code-generator generate the API.

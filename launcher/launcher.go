@@ -59,6 +59,9 @@ type Config struct {
 	// KernelBootDir holds the kernel and initrd of firmware.kernelBoot
 	// copied out of their image by the Pod's init container; "" = pull.
 	KernelBootDir string
+	// ImagesMounted: ContainerDiskDir's and KernelBootDir's images are
+	// mounted by the kubelet, not copied (storage.Options.ImagesMounted).
+	ImagesMounted bool
 	// QEMU is the emulator binary (default qemu-system-x86_64).
 	QEMU string
 	// Accel forces "kvm" or "tcg"; "" decides by KVMProbe.

@@ -35,7 +35,7 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	}
 	l.prepared, err = storage.Prepare(ctx, l.vmi, storage.Options{
 		Dir: l.cfg.Dir, Images: store, PVCRoot: l.cfg.PVCRoot, SecretsDir: l.cfg.SecretsDir,
-		ContainerDiskDir: l.cfg.ContainerDiskDir, KernelBootDir: l.cfg.KernelBootDir})
+		ContainerDiskDir: l.cfg.ContainerDiskDir, KernelBootDir: l.cfg.KernelBootDir, ImagesMounted: l.cfg.ImagesMounted})
 	if err != nil {
 		return fmt.Errorf("launcher: preparing volumes: %w", err)
 	}

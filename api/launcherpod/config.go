@@ -18,6 +18,7 @@ const (
 	FlagSecretsDir       = "secrets-dir"
 	FlagContainerDiskDir = "container-disk-dir"
 	FlagKernelBootDir    = "kernel-boot-dir"
+	FlagImageVolumes     = "image-volumes"
 	FlagAccel            = "accel"
 	FlagGracePeriod      = "grace-period"
 	FlagVMIUID           = "vmi-uid"
@@ -41,6 +42,10 @@ type Config struct {
 	// ContainerDiskDir and KernelBootDir hold what the init containers
 	// copied out of the containerDisk and kernel-boot images; "": pull them.
 	ContainerDiskDir, KernelBootDir string
+	// ImageVolumes says the images under ContainerDiskDir and KernelBootDir
+	// are mounted by the kubelet (Kubernetes image volumes: each its own
+	// root), not copied out by init containers.
+	ImageVolumes bool
 	// Accel is "kvm", "tcg", or "" to probe KVM.
 	Accel string
 	// GracePeriod of the graceful shutdown; 0: the VMI's.
@@ -68,6 +73,7 @@ func (c Config) Args() []string {
 		flagArg(FlagSecretsDir, c.SecretsDir),
 		flagArg(FlagContainerDiskDir, c.ContainerDiskDir),
 		flagArg(FlagKernelBootDir, c.KernelBootDir),
+		flagArg(FlagImageVolumes, strconv.FormatBool(c.ImageVolumes)),
 		flagArg(FlagAccel, c.Accel),
 		flagArg(FlagGracePeriod, c.GracePeriod.String()),
 		flagArg(FlagVMIUID, string(c.VMIUID)),
@@ -87,6 +93,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.SecretsDir, FlagSecretsDir, c.SecretsDir, "where cloud-init secret volumes are mounted")
 	fs.StringVar(&c.ContainerDiskDir, FlagContainerDiskDir, c.ContainerDiskDir, "where the Pod's init containers copied containerDisks (<dir>/<volume>/); empty: pull the images into --"+FlagImageCache)
 	fs.StringVar(&c.KernelBootDir, FlagKernelBootDir, c.KernelBootDir, "where the Pod's init container copied the kernel-boot image's kernel and initrd; empty: pull the image into --"+FlagImageCache)
+	fs.BoolVar(&c.ImageVolumes, FlagImageVolumes, c.ImageVolumes, "--"+FlagContainerDiskDir+"'s and --"+FlagKernelBootDir+"'s images are mounted by the kubelet (image volumes: each image's root), not copied out of them")
 	fs.StringVar(&c.Accel, FlagAccel, c.Accel, `accelerator: kvm, tcg, or "" to probe KVM`)
 	fs.DurationVar(&c.GracePeriod, FlagGracePeriod, c.GracePeriod, "graceful shutdown period (0: the VMI's terminationGracePeriodSeconds)")
 	fs.Func(FlagVMIUID, "the UID of the VMI this launcher runs (set by the launcher Pod): Info reports it to the node agent and Sync refuses any other VMI; empty: any",

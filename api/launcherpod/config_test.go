@@ -13,7 +13,7 @@ func TestConfigRoundTrip(t *testing.T) {
 		{},
 		Defaults(),
 		{SocketsDir: SocketsDir, RuntimeDir: RuntimeDir, ImageCache: ImageCache, PVCRoot: PVCRoot, SecretsDir: SecretsDir,
-			ContainerDiskDir: ContainerDisksDir, KernelBootDir: KernelBootDir, Accel: "tcg", GracePeriod: 45 * time.Second,
+			ContainerDiskDir: ContainerDisksDir, KernelBootDir: KernelBootDir, ImageVolumes: true, Accel: "tcg", GracePeriod: 45 * time.Second,
 			VMIUID: "0e7c3b0a-1f2d-4c5e-9a8b-7c6d5e4f3a2b"},
 		{Accel: "kvm", AllowRawQMP: true, RuntimeDir: "/a dir/with = and,commas"},
 	} {

@@ -1,5 +1,12 @@
 package v1alpha1
 
+// VMIFinalizer keeps a VMI until its launcher Pod is gone, so the node
+// agent and the launcher can shut the guest down (KubeVirt's
+// foregroundDeleteVirtualMachine). kemu-api's admission adds it when the
+// VMI is created (no write of its own), else the VMI controller before it
+// creates the Pod; the controller removes it.
+const VMIFinalizer = "kemu.dev/foregroundDeleteVirtualMachine"
+
 // Node labels and annotations kemu's node agent writes and its controllers
 // read.
 const (

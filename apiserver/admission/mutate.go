@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -11,10 +12,12 @@ import (
 )
 
 // mutateVMI stores a new VMI's defaults: a JSON patch of spec from what the
-// user wrote to what v1alpha1.SetVirtualMachineInstanceDefaults makes of it.
-// Only CREATE: a VMI's spec is immutable afterwards. An object that does not
-// decode is let through unchanged, for the CRD schema to refuse it with its
-// own message (schema validation runs after mutating admission).
+// user wrote to what v1alpha1.SetVirtualMachineInstanceDefaults makes of it,
+// and adds v1.VMIFinalizer (which the controller would otherwise add with a
+// write of its own before it creates the launcher Pod). Only CREATE: a
+// VMI's spec is immutable afterwards. An object that does not decode is let
+// through unchanged, for the CRD schema to refuse it with its own message
+// (schema validation runs after mutating admission).
 func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if err := checkKind(req, vmiKind); err != nil {
 		return deny(err)
@@ -33,12 +36,23 @@ func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 		return allow()
 	}
 	defaultVMI(req, &vmi)
-	patch, err := specPatch(raw.Spec, &vmi.Spec)
+	ops, err := specPatch(raw.Spec, &vmi.Spec)
 	if err != nil {
 		return deny(fmt.Errorf("defaulting: %w", err))
 	}
-	if len(patch) == 0 {
+	switch {
+	case vmi.DeletionTimestamp != nil || slices.Contains(vmi.Finalizers, v1.VMIFinalizer):
+	case len(vmi.Finalizers) == 0:
+		ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{v1.VMIFinalizer}))
+	default:
+		ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", v1.VMIFinalizer))
+	}
+	if len(ops) == 0 {
 		return allow()
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return deny(fmt.Errorf("defaulting: %w", err))
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
@@ -47,7 +61,7 @@ func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 // specPatch is the JSON patch (RFC 6902) turning the object's spec, as sent
 // (orig; empty if it had none), into spec; nil when they are equal. Its
 // operations touch only /spec, so metadata is never rewritten.
-func specPatch(orig json.RawMessage, spec any) ([]byte, error) {
+func specPatch(orig json.RawMessage, spec any) ([]jsonpatch.Operation, error) {
 	want, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
@@ -67,8 +81,5 @@ func specPatch(orig json.RawMessage, spec any) ([]byte, error) {
 			ops[i].Path = "/spec" + ops[i].Path
 		}
 	}
-	if len(ops) == 0 {
-		return nil, nil
-	}
-	return json.Marshal(ops)
+	return ops, nil
 }

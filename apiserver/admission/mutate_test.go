@@ -2,6 +2,7 @@ package admission
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,14 +15,16 @@ import (
 )
 
 // The mutator's patch, applied as kube-apiserver applies it, stores exactly
-// what SetVirtualMachineInstanceDefaults makes of the VMI, touches only
-// spec, and is empty for a VMI that already carries its defaults.
+// what SetVirtualMachineInstanceDefaults makes of the VMI and the VMI
+// finalizer (the user's finalizers kept), touches only spec and the
+// finalizers, and is empty for a VMI that already carries both.
 func TestMutateVMI(t *testing.T) {
 	tests := []struct {
 		name, obj string
 		reqName   string // the request's name (generateName resolved)
 	}{
 		{name: "minimal", obj: goodVMI},
+		{name: "a finalizer of the user's", obj: strings.Replace(goodVMI, "  namespace: ns\n", "  namespace: ns\n  finalizers: [example.com/keep]\n", 1)},
 		{name: "no spec", obj: "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstance\nmetadata: {name: vm}\n"},
 		{name: "no name in object", obj: strings.Replace(goodVMI, "  name: vm\n  namespace: ns\n", "  generateName: v-\n", 1), reqName: "v-abcde"},
 		{name: "cdrom, interface, ports", obj: `apiVersion: kemu.dev/v1alpha1
@@ -57,7 +60,7 @@ spec:
 				t.Fatal(err)
 			}
 			for _, op := range ops {
-				if p, _ := op["path"].(string); p != "/spec" && !strings.HasPrefix(p, "/spec/") {
+				if p, _ := op["path"].(string); p != "/spec" && !strings.HasPrefix(p, "/spec/") && !strings.HasPrefix(p, "/metadata/finalizers") {
 					t.Errorf("patch touches %s", p)
 				}
 			}
@@ -80,6 +83,9 @@ spec:
 			v1.SetVirtualMachineInstanceDefaults(&want)
 			if !apiequality.Semantic.DeepEqual(got.Spec, want.Spec) {
 				t.Errorf("stored spec\n%+v\nwant\n%+v", got.Spec, want.Spec)
+			}
+			if wantFin := append(want.Finalizers, v1.VMIFinalizer); !slices.Equal(got.Finalizers, wantFin) {
+				t.Errorf("finalizers %v, want %v", got.Finalizers, wantFin)
 			}
 			if got.Spec.Domain.Firmware == nil || got.Spec.Domain.Firmware.UUID != v1.DeriveFirmwareUUID("ns", req.Name) {
 				t.Errorf("firmware %+v, want the UUID derived from ns/%s", got.Spec.Domain.Firmware, req.Name)

@@ -53,8 +53,11 @@ type options struct {
 	leaseNamespace, leaseName, identity                                        string
 	// systemNamespace is kemu's own namespace: the migration CA's Secret
 	// and ConfigMap, the node agent's ServiceAccount.
-	systemNamespace                                   string
-	leaderElect                                       bool
+	systemNamespace string
+	leaderElect     bool
+	// imageVolumes: containerDisks and kernel-boot images as Kubernetes
+	// image volumes instead of init-container copies.
+	imageVolumes                                      bool
 	leaseDuration, renewDeadline, retryPeriod, resync time.Duration
 	nodeHeartbeatTimeout                              time.Duration
 	migration                                         migrationOptions
@@ -93,6 +96,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.launcherImage, "launcher-image", "", "image running kemu-launcher and holding kemu-copy (required)")
 	fs.StringVar(&o.launcherPullPolicy, "launcher-pull-policy", "", "pull policy of the launcher image (default: Kubernetes')")
 	fs.StringVar(&o.kvm, "kvm", string(vmi.KVMAuto), "when launcher Pods request devices.kemu.dev/kvm: auto, always, never")
+	fs.BoolVar(&o.imageVolumes, "image-volumes", false, "mount containerDisk and kernel-boot images into launcher Pods as Kubernetes image volumes (the container runtime must support them: containerd 2.1+, CRI-O 1.31+) instead of copying them out with init containers")
 	var hostDiskDirs string
 	fs.StringVar(&hostDiskDirs, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); empty: every hostDisk is refused")
 	fs.IntVar(&o.workers, "workers", 4, "workers per controller")
@@ -220,7 +224,7 @@ func serve(ctx context.Context, o options) error {
 func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface, inf *controller.Informers,
 	recorder record.EventRecorder) ([]controller.Runnable, error) {
 	tmpl := template.NewService(template.Options{LauncherImage: o.launcherImage,
-		LauncherPullPolicy: corev1.PullPolicy(o.launcherPullPolicy), HostDiskDirs: o.hostDiskDirs})
+		LauncherPullPolicy: corev1.PullPolicy(o.launcherPullPolicy), HostDiskDirs: o.hostDiskDirs, ImageVolumes: o.imageVolumes})
 	vmic, err := vmi.New(vmi.Config{
 		KubeClient: kube, KemuClient: kemu,
 		VMIInformer:  inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),

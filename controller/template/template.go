@@ -52,6 +52,10 @@ type Options struct {
 	// HostDiskDirs are the node directories hostDisks may live under
 	// (kemu-config hostDiskDirs); none: no hostDisk is rendered.
 	HostDiskDirs []string
+	// ImageVolumes mounts containerDisk and kernel-boot images as
+	// Kubernetes image volumes (kemu-config imageVolumes) instead of
+	// copying them out with init containers.
+	ImageVolumes bool
 }
 
 // Service renders launcher Pods.
@@ -178,6 +182,16 @@ func emptyDir(name string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 }
 
+// imageVolume mounts an image read-only at mountPath of the compute
+// container (Options.ImageVolumes): the kubelet pulls it as for a container
+// (pull policy, image pull errors on the Pod) and the launcher resolves
+// paths inside it.
+func (b *builder) imageVolume(name, image string, pull corev1.PullPolicy, mountPath string) {
+	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name,
+		VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: pull}}})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: mountPath, ReadOnly: true})
+}
+
 // Small fixed resources for the init containers (kemu-copy streams files).
 var initResources = corev1.ResourceRequirements{
 	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("40Mi")},
@@ -232,20 +246,25 @@ func (b *builder) installCopy() {
 	})
 }
 
-// kernelBoot: an init container running the kernel-boot image copies its
-// kernel and initrd into an emptyDir the launcher reads
-// (--kernel-boot-dir), as for containerDisks: the kubelet pulls the image.
+// kernelBoot: with Options.ImageVolumes, the kernel-boot image mounted at
+// --kernel-boot-dir; otherwise an init container running it copies its
+// kernel and initrd into an emptyDir the launcher reads, as for
+// containerDisks: the kubelet pulls the image.
 func (b *builder) kernelBoot(c *v1.KernelBootContainer) {
+	pull := c.ImagePullPolicy
+	if pull == "" {
+		pull = v1.DefaultPullPolicy(c.Image)
+	}
+	if b.opts.ImageVolumes {
+		b.imageVolume(launcherpod.KernelBootVolume, c.Image, pull, launcherpod.KernelBootDir)
+		return
+	}
 	b.installCopy()
 	cmd := []string{path.Join(launcherpod.ToolsDir, "kemu-copy")}
 	for _, p := range []string{c.KernelPath, c.InitrdPath} {
 		if p != "" {
 			cmd = append(cmd, p)
 		}
-	}
-	pull := c.ImagePullPolicy
-	if pull == "" {
-		pull = v1.DefaultPullPolicy(c.Image)
 	}
 	b.podVolumes = append(b.podVolumes, emptyDir(launcherpod.KernelBootVolume))
 	b.initContainers = append(b.initContainers, corev1.Container{
@@ -262,24 +281,31 @@ func (b *builder) kernelBoot(c *v1.KernelBootContainer) {
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: launcherpod.KernelBootVolume, MountPath: launcherpod.KernelBootDir, ReadOnly: true})
 }
 
-// containerDisk: the first containerDisk adds the init container that
-// installs kemu-copy into the tools emptyDir; each one adds an emptyDir and
-// an init container running its image with kemu-copy, which copies the disk
-// (the volume's path, else every file of /disk/) into the emptyDir. The
-// kubelet pulls the image (pull policy, node image cache, image pull errors
-// on the Pod as for any container); the image needs no shell or tools.
+// containerDisk: with Options.ImageVolumes, the image mounted read-only at
+// <ContainerDisksDir>/<volume> (the launcher finds the disk inside it).
+// Otherwise the first containerDisk adds the init container that installs
+// kemu-copy into the tools emptyDir; each one adds an emptyDir and an init
+// container running its image with kemu-copy, which copies the disk (the
+// volume's path, else every file of /disk/) into the emptyDir. Either way
+// the kubelet pulls the image (pull policy, node image cache, image pull
+// errors on the Pod as for any container); the image needs no shell or
+// tools.
 func (b *builder) containerDisk(i int, vol *v1.Volume) {
-	b.installCopy()
 	cd := vol.ContainerDisk
 	name := "container-disk-" + strconv.Itoa(i)
 	dst := path.Join(launcherpod.ContainerDisksDir, vol.Name)
-	src := launcherpod.DefaultDiskDir
-	if cd.Path != "" {
-		src = cd.Path
-	}
 	pull := cd.ImagePullPolicy
 	if pull == "" {
 		pull = v1.DefaultPullPolicy(cd.Image)
+	}
+	if b.opts.ImageVolumes {
+		b.imageVolume(name, cd.Image, pull, dst)
+		return
+	}
+	b.installCopy()
+	src := launcherpod.DefaultDiskDir
+	if cd.Path != "" {
+		src = cd.Path
 	}
 	b.podVolumes = append(b.podVolumes, emptyDir(name))
 	b.initContainers = append(b.initContainers, corev1.Container{
@@ -366,7 +392,7 @@ func (b *builder) args(grace int64) []string {
 	c := launcherpod.Config{
 		SocketsDir: launcherpod.SocketsDir, RuntimeDir: launcherpod.RuntimeDir, ImageCache: launcherpod.ImageCache, PVCRoot: launcherpod.PVCRoot,
 		SecretsDir: launcherpod.SecretsDir, ContainerDiskDir: launcherpod.ContainerDisksDir, KernelBootDir: launcherpod.KernelBootDir,
-		Accel: accel, GracePeriod: time.Duration(grace) * time.Second,
+		ImageVolumes: b.opts.ImageVolumes, Accel: accel, GracePeriod: time.Duration(grace) * time.Second,
 		// The launcher reports it to the node agent (Info), which talks to
 		// no launcher of another VMI; the launcher Syncs no other VMI.
 		VMIUID: b.vmi.UID,

@@ -114,7 +114,7 @@ func TestRender(t *testing.T) {
 			c := pod.Spec.Containers[0]
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
 				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
-				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--accel=tcg", "--grace-period=30s",
+				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--image-volumes=false", "--accel=tcg", "--grace-period=30s",
 				"--vmi-uid=uid-1", "--allow-raw-qmp=false"}
 			if c.Name != launcherpod.ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
@@ -284,6 +284,52 @@ func TestRender(t *testing.T) {
 			}
 			tc.check(t, pod)
 		})
+	}
+}
+
+// With ImageVolumes the containerDisk and kernel-boot images are the
+// compute container's read-only image volumes: no init container, no copy.
+func TestRenderImageVolumes(t *testing.T) {
+	svc := NewService(Options{LauncherImage: "kemu.local/launcher:1", ImageVolumes: true})
+	x := vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+		x.Spec.Volumes[0].ContainerDisk.Path = "/disk/x.qcow2"
+		x.Spec.Domain.Firmware = &v1.Firmware{KernelBoot: &v1.KernelBoot{Container: &v1.KernelBootContainer{
+			Image: "example.com/kernel:latest", KernelPath: "/boot/vmlinuz"}}}
+	})
+	pod, err := svc.Render(Input{VMI: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ic := pod.Spec.InitContainers; len(ic) != 0 {
+		t.Errorf("init containers with image volumes: %+v", ic)
+	}
+	c := pod.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--image-volumes=true") {
+		t.Errorf("launcher args %v", c.Args)
+	}
+	m := env(c)
+	vols := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	for _, tc := range []struct {
+		mount, image string
+		pull         corev1.PullPolicy
+	}{
+		{launcherpod.ContainerDisksDir + "/root", "example.com/disk:1", corev1.PullIfNotPresent},
+		{launcherpod.KernelBootDir, "example.com/kernel:latest", corev1.PullAlways},
+	} {
+		mnt, ok := m[tc.mount]
+		if !ok || !mnt.ReadOnly {
+			t.Errorf("mount %s: %+v", tc.mount, mnt)
+			continue
+		}
+		if iv := vols[mnt.Name].Image; iv == nil || iv.Reference != tc.image || iv.PullPolicy != tc.pull {
+			t.Errorf("volume %s: %+v, want image %s pull %s", mnt.Name, vols[mnt.Name], tc.image, tc.pull)
+		}
+	}
+	if _, ok := vols[launcherpod.ToolsVolume]; ok {
+		t.Error("the kemu-copy tools volume with image volumes")
 	}
 }
 

@@ -22,12 +22,10 @@ import (
 	"github.com/kemu-dev/kemu/controller/template"
 )
 
-// Finalizer keeps a VMI until its launcher Pod is gone, so the node agent
-// and the launcher can shut the guest down (KubeVirt's
-// foregroundDeleteVirtualMachine). The controller adds it before creating
-// the Pod and removes it once the VMI is deleted (or final) and no Pod of
-// it runs.
-const Finalizer = "kemu.dev/foregroundDeleteVirtualMachine"
+// Finalizer (v1.VMIFinalizer): kemu-api's admission adds it to a new VMI,
+// else the controller before creating the Pod; the controller removes it
+// once the VMI is deleted (or final) and no Pod of it runs.
+const Finalizer = v1.VMIFinalizer
 
 // Delays of re-checks that no event triggers.
 const (

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Build real Kubernetes control-plane binaries (and etcd) from the Go module
-# proxy, using the pinned versions in hack/k8s/go.mod.
+# proxy, using the pinned versions in hack/k8s/go.mod, and the test nodes'
+# containerd (containerd, containerd-shim-runc-v2, ctr) pinned in
+# hack/containerd/go.mod.
 #
 # Usage: hack/k8s/build.sh [component...]
 #   components: etcd kube-apiserver kubectl kube-controller-manager
-#               kube-scheduler kubelet   (or "all")
+#               kube-scheduler kubelet containerd   (or "all")
 #   default:    etcd kube-apiserver kubectl
 #
 # Output: $K8S_BIN_DIR (default: <repo root>/_out/k8s/bin).
@@ -19,7 +21,9 @@ root="$(cd "${here}/../.." && pwd)"
 bin_dir="${K8S_BIN_DIR:-${root}/_out/k8s/bin}"
 stamp_dir="${bin_dir}/.stamps"
 
-all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet)
+all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet containerd)
+# containerd's component builds these three.
+containerd_bins=(containerd containerd-shim-runc-v2 ctr)
 default=(etcd kube-apiserver kubectl)
 
 if [[ $# -eq 0 ]]; then
@@ -32,9 +36,9 @@ fi
 
 for c in "${want[@]}"; do
 	case "$c" in
-	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kubelet) ;;
+	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kubelet | containerd) ;;
 	-h | --help)
-		sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -53,6 +57,9 @@ unset GOOS GOARCH || true
 k8s_version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 etcd_version="$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
 mod_hash="$(cat go.mod go.sum | sha256sum | cut -c1-16)"
+ctrd_dir="${root}/hack/containerd"
+ctrd_version="$(cd "${ctrd_dir}" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)"
+ctrd_hash="$(cat "${ctrd_dir}/go.mod" "${ctrd_dir}/go.sum" | sha256sum | cut -c1-16)"
 
 # v1.36.3 -> major 1, minor 36
 ver="${k8s_version#v}"
@@ -71,9 +78,15 @@ done
 etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${etcd_version}"
 
 version_of() {
-	if [[ "$1" == etcd ]]; then echo "${etcd_version}"; else echo "${k8s_version}"; fi
+	case "$1" in
+	etcd) echo "${etcd_version}" ;;
+	containerd) echo "${ctrd_version}" ;;
+	*) echo "${k8s_version}" ;;
+	esac
 }
-stamp_of() { echo "$(version_of "$1") ${mod_hash}"; }
+stamp_of() {
+	if [[ "$1" == containerd ]]; then echo "${ctrd_version} ${ctrd_hash}"; else echo "$(version_of "$1") ${mod_hash}"; fi
+}
 
 mkdir -p "${bin_dir}" "${stamp_dir}"
 
@@ -83,6 +96,7 @@ flock 9
 
 todo_k8s=()
 todo_etcd=0
+todo_ctrd=0
 for c in "${want[@]}"; do
 	if [[ "${K8S_FORCE:-0}" != 1 && -x "${bin_dir}/${c}" && -f "${stamp_dir}/${c}" &&
 		"$(cat "${stamp_dir}/${c}")" == "$(stamp_of "$c")" ]]; then
@@ -91,6 +105,8 @@ for c in "${want[@]}"; do
 	fi
 	if [[ "$c" == etcd ]]; then
 		todo_etcd=1
+	elif [[ "$c" == containerd ]]; then
+		todo_ctrd=1
 	else
 		# de-duplicate
 		dup=0
@@ -99,7 +115,7 @@ for c in "${want[@]}"; do
 	fi
 done
 
-if [[ ${#todo_k8s[@]} -eq 0 && ${todo_etcd} -eq 0 ]]; then
+if [[ ${#todo_k8s[@]} -eq 0 && ${todo_etcd} -eq 0 && ${todo_ctrd} -eq 0 ]]; then
 	exit 0
 fi
 
@@ -129,6 +145,20 @@ if [[ ${#todo_k8s[@]} -gt 0 ]]; then
 		stamp_of "$c" >"${stamp_dir}/${c}"
 	done
 	echo "built: ${todo_k8s[*]} ${k8s_version} in $(($(date +%s) - t0))s"
+fi
+
+if [[ ${todo_ctrd} -eq 1 ]]; then
+	t0=$(date +%s)
+	echo "building: containerd ${ctrd_version} ..."
+	pkgs=()
+	for c in "${containerd_bins[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/${c}"); done
+	# Static, without the snapshotters the nodes do not use (they need cgo
+	# or kernel modules): overlayfs and native remain.
+	(cd "${ctrd_dir}" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs no_aufs" \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${ctrd_version}" -o "${tmp}/" "${pkgs[@]}")
+	for c in "${containerd_bins[@]}"; do mv -f "${tmp}/${c}" "${bin_dir}/${c}"; done
+	stamp_of containerd >"${stamp_dir}/containerd"
+	echo "built: containerd ${ctrd_version} in $(($(date +%s) - t0))s"
 fi
 
 echo "done in $(($(date +%s) - start_all))s -> ${bin_dir}"

@@ -73,13 +73,19 @@ type Options struct {
 	Images *images.Store
 	// ContainerDiskDir, when set, holds the containerDisks the launcher
 	// Pod's init containers copied out of their images (kemu-copy):
-	// <ContainerDiskDir>/<volume name>/<file>. They are used from there
-	// instead of Images.
+	// <ContainerDiskDir>/<volume name>/<file>; or, with ImagesMounted, each
+	// image itself: <ContainerDiskDir>/<volume name>/ is its root. They are
+	// used from there instead of Images.
 	ContainerDiskDir string
 	// KernelBootDir, when set, holds firmware.kernelBoot.container's kernel
 	// and initrd copied out of the image by an init container:
-	// <KernelBootDir>/<base name of kernelPath, initrdPath>.
+	// <KernelBootDir>/<base name of kernelPath, initrdPath>; or, with
+	// ImagesMounted, the image itself, its root.
 	KernelBootDir string
+	// ImagesMounted says that ContainerDiskDir's and KernelBootDir's images
+	// are mounted by the kubelet (Kubernetes image volumes), not copied:
+	// paths are resolved inside each image (mounted.go).
+	ImagesMounted bool
 	// PVCRoot holds the claims: <PVCRoot>/<claimName>/disk.img, or the block
 	// device <PVCRoot>/<claimName>.
 	PVCRoot string
@@ -320,7 +326,11 @@ func (pr *preparer) containerDisk(ctx context.Context, v *v1alpha1.Volume, field
 	var err error
 	switch {
 	case pr.opts.ContainerDiskDir != "":
-		if base, err = copiedDisk(filepath.Join(pr.opts.ContainerDiskDir, v.Name), cd.Path); err != nil {
+		find := copiedDisk
+		if pr.opts.ImagesMounted {
+			find = mountedDisk
+		}
+		if base, err = find(filepath.Join(pr.opts.ContainerDiskDir, v.Name), cd.Path); err != nil {
 			f := field + ".image"
 			if cd.Path != "" {
 				f = field + ".path"
@@ -629,6 +639,14 @@ func (pr *preparer) kernelBoot(ctx context.Context) error {
 		dst        *string
 	}{{"kernelPath", c.KernelPath, &kb.Kernel}, {"initrdPath", c.InitrdPath, &kb.Initrd}} {
 		if f.path == "" {
+			continue
+		}
+		if pr.opts.KernelBootDir != "" && pr.opts.ImagesMounted {
+			p, err := mountedFile(pr.opts.KernelBootDir, f.path)
+			if err != nil {
+				return fieldErr(field+"."+f.name, "%w", err)
+			}
+			*f.dst = p
 			continue
 		}
 		if pr.opts.KernelBootDir != "" {

@@ -140,6 +140,10 @@ type Controller struct {
 	// pvcs caches the access modes of each VMI's PVCs (LiveMigratable),
 	// by VMI key (guarded by mu).
 	pvcs map[string]pvcCache
+
+	// sockets wakes a VMI when its launcher's socket appears (nil: the
+	// node agent polls; set by Run).
+	sockets *socketWatch
 }
 
 // New checks the configuration; Run starts the informers and workers.
@@ -248,6 +252,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			return nil
 		}
 		return fmt.Errorf("vmi: caches did not sync")
+	}
+	if sw, err := newSocketWatch(func(key string) { c.queue.Add(key) }); err != nil {
+		logger.Error(err, "Launcher sockets are polled, not watched", "every", c.cfg.SocketPoll)
+	} else {
+		c.sockets = sw
+		go sw.Run()
+		defer sw.Close()
 	}
 	logger.Info("Node agent VMI controller started", "workers", workers, "kubeletRoot", c.cfg.KubeletRoot)
 	worker.Run(ctx, c.queue, workers, "nodeagent-vmi", func(ctx context.Context, key string) (time.Duration, error) {

@@ -60,6 +60,14 @@ type launcherState struct {
 	lost *launcherclient.UnverifiedError
 }
 
+// startingVM says the launcher's first Sync, which starts the VM, is in
+// flight.
+func (s *launcherState) startingVM() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.syncing && s.syncedGen == 0
+}
+
 // setRefusal records a refusal; it says whether it differs from the last
 // one (a new event is due).
 func (s *launcherState) setRefusal(u *launcherclient.UnverifiedError) bool {

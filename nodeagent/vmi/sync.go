@@ -118,13 +118,25 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			after = minPositive(after, a)
 		}
 	}
-	pvcs, err := c.vmiPVCs(ctx, key, vmi)
-	if err != nil {
-		return 0, err
+	// Fewer writes on the way to Running (issue 21): while the launcher
+	// starts the VM for its first Sync, whose answer comes with the VM
+	// running (or failed), nothing is written — that answer's sync writes
+	// Running and Synchronized at once; and LiveMigratable waits for the
+	// launcher, to go with its first domain instead of alone.
+	if source.startingVM() && len(writes) == 0 {
+		return after, nil
 	}
-	live := liveMigratable(vmi, pvcs)
+	var live *v1.VirtualMachineInstanceCondition
+	if source.client != nil || vmi.Status.Phase == v1.Running {
+		pvcs, err := c.vmiPVCs(ctx, key, vmi)
+		if err != nil {
+			return 0, err
+		}
+		l := liveMigratable(vmi, pvcs)
+		live = &l
+	}
 	o := source.observation(time.Now())
-	if err := c.updateStatus(ctx, vmi, &o, source.getRefusal(), migrationChanges(writes, &live)); err != nil {
+	if err := c.updateStatus(ctx, vmi, &o, source.getRefusal(), migrationChanges(writes, live)); err != nil {
 		return 0, err
 	}
 	return after, nil
@@ -198,7 +210,7 @@ func (c *Controller) connect(ctx context.Context, st *launcherState, vmi *v1.Vir
 	}
 	if !ready {
 		if !wasRunning {
-			return c.cfg.SocketPoll, nil
+			return c.waitSocket(target, st.key), nil
 		}
 		if err != nil && pod != nil {
 			// The Pod is there but its volume is not where we look: a wrong
@@ -223,6 +235,9 @@ func (c *Controller) connect(ctx context.Context, st *launcherState, vmi *v1.Vir
 		}
 		return 0, err
 	}
+	if c.sockets != nil {
+		c.sockets.Forget(sock)
+	}
 	launcherConnects.WithLabelValues("success").Inc()
 	launcherConnections.Inc()
 	st.mu.Lock() // CurrentLauncher reads them from other goroutines
@@ -233,6 +248,29 @@ func (c *Controller) connect(ctx context.Context, st *launcherState, vmi *v1.Vir
 	c.verified(st, vmi, client)
 	go c.follow(st, logger)
 	return 0, nil
+}
+
+// socketDirPoll is how soon a launcher's sockets directory, not there yet
+// (the kubelet is setting up the Pod's volumes), is looked for again.
+const socketDirPoll = 100 * time.Millisecond
+
+// waitSocket is how long until the sync of key looks for t's socket again:
+// when the socket watch fires (socketWatch), SocketPoll at the latest, or
+// soon if the watch could not be set (no sockets directory yet).
+func (c *Controller) waitSocket(t launcherclient.Target, key string) time.Duration {
+	if c.sockets == nil {
+		return c.cfg.SocketPoll
+	}
+	sock := t.SocketPath()
+	if err := c.sockets.Watch(sock, key); err != nil {
+		return min(c.cfg.SocketPoll, socketDirPoll)
+	}
+	// It may have appeared before the watch was set.
+	if ready, err := launcherclient.Ready(t); err == nil && ready {
+		c.sockets.Forget(sock)
+		return time.Millisecond
+	}
+	return c.cfg.SocketPoll
 }
 
 // baseCtx is Run's context: launcher goroutines live until Run ends (or

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,6 +190,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if withNodes {
 		need = append(need, "kube-scheduler", "kubelet")
+		need = append(need, ContainerdBinaries...)
 	}
 	var missing []string
 	for _, b := range need {
@@ -197,8 +199,17 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	if len(missing) > 0 {
+		var components []string // hack/k8s/build.sh's: containerd builds all three
+		for _, m := range missing {
+			if slices.Contains(ContainerdBinaries, m) {
+				m = "containerd"
+			}
+			if !slices.Contains(components, m) {
+				components = append(components, m)
+			}
+		}
 		return nil, fmt.Errorf("cluster: %s not found in %s: run make k8s or hack/k8s/build.sh %s (or set %s to a folder holding them)",
-			strings.Join(missing, ", "), binDir, strings.Join(missing, " "), EnvBinDir)
+			strings.Join(missing, ", "), binDir, strings.Join(components, " "), EnvBinDir)
 	}
 
 	// Nodes: check the host, then wait for the machine's one node slot

@@ -60,17 +60,19 @@ var DevicePluginDir = filepath.Clean(pluginapi.DevicePluginPath)
 
 // nodeBinaries are the host programs a node needs and where they come from.
 var nodeBinaries = map[string]string{
-	"containerd":              "containerd",
-	"containerd-shim-runc-v2": "containerd",
-	"ctr":                     "containerd",
-	"runc":                    "runc",
-	"ip":                      "iproute2",
-	"unshare":                 "util-linux",
-	"nsenter":                 "util-linux",
-	"iptables":                "iptables",
-	"mount":                   "mount",
-	"go":                      "the Go toolchain (it builds the pause image)",
+	"runc":     "runc",
+	"ip":       "iproute2",
+	"unshare":  "util-linux",
+	"nsenter":  "util-linux",
+	"iptables": "iptables",
+	"mount":    "mount",
+	"go":       "the Go toolchain (it builds the pause image)",
 }
+
+// ContainerdBinaries are the nodes' container runtime, from the bin folder
+// (make k8s builds containerd 2.x, hack/containerd/go.mod): the kubelet's
+// image volumes need containerd 2.1 or newer, and Debian 12 has 1.6.
+var ContainerdBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
 
 // Node is one Kubernetes node of a Cluster: its own network, mount and UTS
 // namespaces (see docs/development.md, "The test cluster's nodes"), its own
@@ -261,11 +263,14 @@ func (n *Node) routeKubernetesService(ctx context.Context) error {
 }
 
 func (n *Node) startContainerd(ctx context.Context) error {
-	containerd, err := exec.LookPath("containerd")
+	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
-		return fmt.Errorf("cluster: node %s: %w (run: bash hack/install-deps.sh)", n.Name, err)
+		return fmt.Errorf("cluster: node %s: %w", n.Name, err)
 	}
-	ctrd, err := n.startInNode("containerd", containerd, []string{"--config=" + filepath.Join(n.Dir, "containerd", "config.toml"), "--log-level=warn"})
+	// containerd finds its shim on PATH: the bin folder's, first.
+	args := append(n.nsenterArgs(), "--", filepath.Join(n.c.BinDir, "containerd"),
+		"--config="+filepath.Join(n.Dir, "containerd", "config.toml"), "--log-level=warn")
+	ctrd, err := n.c.startEnv(n.Name+"/containerd", nsenter, args, []string{"PATH=" + n.c.BinDir + ":" + os.Getenv("PATH")})
 	if err != nil {
 		return err
 	}
@@ -403,7 +408,7 @@ func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	full := append([]string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io"}, args...)
-	out, err := exec.CommandContext(cctx, "ctr", full...).CombinedOutput()
+	out, err := exec.CommandContext(cctx, filepath.Join(n.c.BinDir, "ctr"), full...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ctr (%s) %s: %w: %s", n.Name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}

@@ -27,6 +27,9 @@ func Archive(image string) string { return image + ".oci.tar" }
 type Config struct {
 	// HostDiskDirs is kemu-config hostDiskDirs.
 	HostDiskDirs string
+	// ImageVolumes sets kemu-config imageVolumes: containerDisks as image
+	// volumes (the test nodes' containerd 2.x mounts them).
+	ImageVolumes bool
 	// ControllerArgs and NodeAgentArgs are added to kemu-controller's and
 	// kemu-nodeagent's arguments.
 	ControllerArgs, NodeAgentArgs []string
@@ -61,14 +64,21 @@ resources:
 
 func patches(cfg Config) string {
 	var b strings.Builder
+	var data []string
 	if cfg.HostDiskDirs != "" {
+		data = append(data, fmt.Sprintf("hostDiskDirs: %q", cfg.HostDiskDirs))
+	}
+	if cfg.ImageVolumes {
+		data = append(data, `imageVolumes: "true"`)
+	}
+	if len(data) > 0 {
 		fmt.Fprintf(&b, `  - target: {kind: ConfigMap, name: kemu-config}
     patch: |
       apiVersion: v1
       kind: ConfigMap
       metadata: {name: kemu-config}
-      data: {hostDiskDirs: %q}
-`, cfg.HostDiskDirs)
+      data: {%s}
+`, strings.Join(data, ", "))
 	}
 	for _, p := range []struct {
 		kind, name string

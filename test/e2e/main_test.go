@@ -308,6 +308,7 @@ func (ev *env) writeOverlay() error {
 	ev.overlay = dir
 	return deploytest.Overlay(dir, "", deploytest.Config{
 		HostDiskDirs:   ev.hostDisks,
+		ImageVolumes:   true,
 		ControllerArgs: controllerArgs(),
 		NodeAgentArgs:  []string{"--heartbeat-interval=" + heartbeatInterval.String()},
 	})

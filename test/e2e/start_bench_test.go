@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -169,6 +170,13 @@ func createToRunning(b *testing.B, ev *env, node string, n, run int) startRun {
 	// The test's own creates are POSTs on virtualmachineinstances.
 	w -= float64(n)
 	r.writesPerVMI = w / float64(n)
+	var per []string
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if d := after[k] - before[k]; d > 0 {
+			per = append(per, fmt.Sprintf("%s %.1f", k, d/float64(n)))
+		}
+	}
+	b.Logf("API writes per VMI by resource (the test's create included): %s", strings.Join(per, ", "))
 	r.conflicts = ev.apiConflicts(b) - beforeConflicts
 	list, err := ev.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: launcherpod.AppLabel + "=" + launcherpod.AppLauncher})
 	if err != nil {
