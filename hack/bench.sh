@@ -72,8 +72,10 @@ section migration "Migration: idle 256 MiB guest between two launchers over unix
 	go test -tags qemu -run '^$' -bench BenchmarkMigration -benchtime 5x -timeout 40m ./launcher/
 # e2e: needs the images current (skipped when up to date) and the test guest's images.
 bash hack/images/build.sh >/dev/null
-section e2e "End to end: VMI create -> Running on a real node (kubelet, containerd, kemu deployed with kubectl apply -k; TCG), 1 VMI alone and a burst of 10" \
-	go test -tags 'cluster qemu' -run '^$' -bench CreateToRunning -benchtime 1x -timeout 30m ./test/e2e/
+section e2e "End to end: VMI create -> Running on one real node (kubelet, containerd 2.4, kemu deployed with kubectl apply -k, containerDisks as image volumes; TCG), 1 VMI alone and a burst of 10, each broken into stages, vs plain Pods of the launcher image on the same node in the same run; API writes per VMI" \
+	go test -tags 'cluster qemu' -run '^$' -bench CreateToRunning -benchtime 3x -timeout 30m ./test/e2e/
+section e2e-density "End to end: density — idle 128Mi test-guest VMs (10m CPU request) started one after another on one node until the first fails to start; per VM the Pod's working set vs its memory request, QEMU RSS, launcher RSS/PSS, cost vs guest RAM; node agent and controller RSS with 1, 10, 50 VMIs (TCG)" \
+	go test -tags 'cluster qemu' -run '^$' -bench Density -benchtime 1x -timeout 60m ./test/e2e/
 section e2e-api "End to end: kemu-api — the webhooks' cost on a VMI create (100 server-side dry-run creates with and without them, p50/p95), console round trip (50 keystrokes echoed by a shell on the guest's serial console through kube-apiserver, kemu-api, the node agent, the launcher; p50/p95; TCG)" \
 	go test -tags 'cluster qemu' -run '^$' -bench BenchmarkKemuAPI -benchtime 1x -timeout 30m ./test/e2e/
 section e2e-migration "End to end: create VirtualMachineInstanceMigration -> Succeeded, an idle 128Mi guest between the two nodes (kemu deployed with kubectl apply -k; TCG), median of 5; QEMU's total and downtime; API writes per migration" \

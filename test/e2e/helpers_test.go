@@ -77,6 +77,8 @@ type vmiOptions struct {
 	bridge bool
 	// emptyDisk adds a 64Mi emptyDisk with this serial.
 	emptyDisk string
+	// cpuRequest is spec.domain.resources.requests.cpu ("" = the default).
+	cpuRequest string
 }
 
 // vmiManifest renders a VMI (or a VM with runStrategy Always) of the test
@@ -100,6 +102,9 @@ func vmiManifest(o vmiOptions) string {
 	}
 	w("domain:")
 	w("  memory: {guest: %s}", o.memory)
+	if o.cpuRequest != "" {
+		w("  resources: {requests: {cpu: %s}}", o.cpuRequest)
+	}
 	if o.kernel {
 		w("  firmware:")
 		w("    kernelBoot:")

@@ -57,8 +57,11 @@ for p in /sys/class/virtio-ports/*; do
   [ "$(cat "$p/name")" = org.qemu.guest_agent.0 ] && port=/dev/${p##*/}
 done
 for d in /proc/[0-9]*; do
-  [ "$(cat "$d/comm" 2>/dev/null)" = qemu-ga ] && kill "${d#/proc/}"
+  [ "$(cat "$d/comm" 2>/dev/null)" = qemu-ga ] && kill "${d#/proc/}" && ga=$d
 done
+# The port opens once the agent let go of it (virtio ports are exclusive).
+i=0
+while [ -n "$ga" ] && [ -d "$ga" ] && [ $i -lt 60 ]; do sleep 1; i=$((i + 1)); done
 m status=started port=$port
 head -c 62914560 /dev/zero | tr '\000' x >"$port"
 m status=done rc=$?
