@@ -47,7 +47,8 @@ var densitySamples = []int{1, 10, 50}
 // containerDisk, masquerade; a 10m CPU request, so that the node's 2 CPUs
 // of requests do not end it at 19 VMs), one after another, until the first
 // fails to start (or KEMU_DENSITY_MAX): the density and what stopped it.
-// With the guests booted (guest agent connected) it measures each VM: the
+// With the guests booted (guest agent connected; waited for at most
+// densityBootWait) it measures each VM: the
 // Pod's memory working set (the kubelet's: usage − inactive file) against
 // its memory request, QEMU's RSS, kemu-launcher's RSS and PSS; each VM's
 // cost (QEMU RSS + launcher PSS) against its guest RAM; OOM kills (none
@@ -84,11 +85,12 @@ func BenchmarkDensity(b *testing.B) {
 			}
 			names = append(names, name)
 			if slices.Contains(densitySamples, n) {
-				ev.waitAgents(ctx, b, names)
+				ev.waitAgents(ctx, b, names, densityBootWait)
 				agentRSS[n], controllerRSS[n] = kemuProcessRSS(b, "kemu-nodeagent", node), kemuProcessRSS(b, "kemu-controller", "")
 			}
 		}
-		ev.waitAgents(ctx, b, names)
+		booted := ev.waitAgents(ctx, b, names, densityBootWait)
+		b.ReportMetric(float64(booted), "guests-booted")
 		d := len(names)
 		agentRSS[d], controllerRSS[d] = kemuProcessRSS(b, "kemu-nodeagent", node), kemuProcessRSS(b, "kemu-controller", "")
 		vms := ev.measureVMs(ctx, b, node, sel)
@@ -117,8 +119,8 @@ func BenchmarkDensity(b *testing.B) {
 		}
 		ooms := ev.oomKills(ctx, b, sel)
 		b.ReportMetric(float64(ooms), "oom-kills")
-		b.Logf("%d VMs of %s on %s (%s); request %.0f MiB each; OOM kills %d", d, densityMemory, node, stopped,
-			procmem.MiB(vms[0].request), ooms)
+		b.Logf("%d VMs of %s on %s (%s), %d guests booted; request %.0f MiB each; OOM kills %d", d, densityMemory, node, stopped,
+			booted, procmem.MiB(vms[0].request), ooms)
 		ev.kubectl(b, "-n", ns, "delete", "vmi", "-l", sel, "--timeout=10m")
 		ev.waitPodsGone(ctx, b, sel)
 		cancel()
@@ -156,29 +158,39 @@ func (ev *env) waitStarted(ctx context.Context, b *testing.B, name string) strin
 	return why
 }
 
-// waitAgents waits until every VMI's guest agent is connected: the guests
-// booted, and idle.
-func (ev *env) waitAgents(ctx context.Context, b *testing.B, names []string) {
+// densityBootWait bounds the wait for the guests to boot before a
+// measurement: under TCG, dozens of guests on 2 cores boot slowly, and one
+// starved long enough stalls for good (RCU stalls, seen at 50) — what is
+// measured then is said (guests-booted).
+const densityBootWait = 3 * time.Minute
+
+// waitAgents waits, at most limit, until every VMI's guest agent is
+// connected (the guests booted, and idle), and returns how many are.
+func (ev *env) waitAgents(ctx context.Context, b *testing.B, names []string, limit time.Duration) int {
 	b.Helper()
-	err := poll(ctx, time.Second, func() error {
-		var waiting int
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	booted := 0
+	err := poll(wctx, 2*time.Second, func() error {
+		booted = 0
 		for _, n := range names {
-			vmi, err := ev.getVMI(ctx, n)
+			vmi, err := ev.getVMI(wctx, n)
 			if err != nil || vmi == nil {
 				return fmt.Errorf("VMI %s: %v", n, err)
 			}
-			if c, ok := vmiCondition(vmi, v1.VirtualMachineInstanceAgentConnected); !ok || c.Status != corev1.ConditionTrue {
-				waiting++
+			if c, ok := vmiCondition(vmi, v1.VirtualMachineInstanceAgentConnected); ok && c.Status == corev1.ConditionTrue {
+				booted++
 			}
 		}
-		if waiting > 0 {
-			return fmt.Errorf("%d of %d guests not booted", waiting, len(names))
+		if booted < len(names) {
+			return fmt.Errorf("%d of %d guests booted", booted, len(names))
 		}
 		return nil
 	})
 	if err != nil {
-		b.Fatal(err)
+		b.Logf("after %s: %v", limit, err)
 	}
+	return booted
 }
 
 func vmiCondition(vmi *v1.VirtualMachineInstance, t v1.VirtualMachineInstanceConditionType) (v1.VirtualMachineInstanceCondition, bool) {
