@@ -36,6 +36,9 @@ section() {
 		machine
 		printf -- '- command: `%s`\n\n```\n' "$*"
 		echo "$out" | grep -E '^(Benchmark|goos|goarch|cpu)' || true
+		# What the benchmarks log (b.Log: breakdowns, what stopped a run),
+		# the lines under each "--- BENCH:".
+		echo "$out" | awk '/^--- BENCH:/ { keep = 1; print; next } keep && /^    / { print; next } { keep = 0 }'
 		printf '```\n<!-- /bench:%s -->\n' "$name"
 	)
 	[ -f "$doc" ] || printf '# Benchmarks\n\nWritten by `make bench` (hack/bench.sh); each section names the machine and the command that produced it.\n' >"$doc"

@@ -9,7 +9,9 @@ import (
 // The memory overhead of one VM beyond its guest RAM, from measurements on
 // this project's hardware (docs/benchmarks.md, docs/controller.md):
 //
-//   - launcher: 14.2 MiB RSS with one running VM → 16 MiB;
+//   - launcher: 15.2 MiB RSS (4.8 MiB anonymous) with one running VM
+//     serving the node agent, 5.5 MiB PSS with 83 launchers on a node
+//     (issue 21) → 16 MiB;
 //   - QEMU's own memory (binary, libraries, heap, device models, one vCPU
 //     thread) with a 256 MiB guest booted to its ready marker: QEMU RSS
 //     247.3 MiB − 128 MiB resident guest RAM − 54 MiB TCG translation
