@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,10 +17,9 @@ import (
 )
 
 // exec starts QEMU (paused: -S; a migration target's command line also has
-// -incoming defer, see prepare) in its own process group from a goroutine locked to its
-// OS thread for QEMU's whole life: PR_SET_PDEATHSIG fires when the thread
-// that forked dies, so the thread must outlive QEMU, and the launcher dying
-// takes QEMU with it.
+// -incoming defer, see prepare) in its own process group, unprivileged
+// (launcher/unpriv), with the parent-death signal: the launcher dying takes
+// QEMU with it.
 func (l *Launcher) exec() error {
 	accel, vhostNet := l.accel, l.vhostNet
 	id, err := l.qemuIdentity(accel, vhostNet)
@@ -31,13 +29,7 @@ func (l *Launcher) exec() error {
 	if err := l.grantQEMU(id); err != nil {
 		return err
 	}
-	// QEMU's sockets: group-only (the runtime directory is root:QEMU 0770;
-	// the launcher reaches them as a member of QEMU's group, see
-	// dropcaps.Launcher).
-	cmd, err := unpriv.Command(unpriv.Spec{Identity: id, Umask: 0o007, SELinuxLabel: l.label.Process}, l.cfg.QEMU, l.argv...)
-	if err != nil {
-		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
-	}
+	cmd := exec.Command(l.cfg.QEMU, l.argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if !l.cfg.NoDeviceCgroup {
 		// QEMU is cloned straight into its device cgroup (CLONE_INTO_CGROUP):
@@ -52,26 +44,20 @@ func (l *Launcher) exec() error {
 	cmd.Stderr = l.stderr
 	cmd.ExtraFiles = l.files
 	cmd.Dir = l.cfg.Dir
-	started := make(chan error, 1)
-	go func() {
-		// The thread that forks must outlive QEMU: its death is QEMU's
-		// parent-death signal. The helper sets QEMU's SELinux label itself.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		l.cmd = cmd
-		started <- nil
-		l.exitErr = cmd.Wait()
-		close(l.exited)
-	}()
-	err = <-started
+	// QEMU's sockets: group-only (the runtime directory is root:QEMU 0770;
+	// the launcher reaches them as a member of QEMU's group, see
+	// dropcaps.Launcher). unpriv forks from a thread of its own that lives
+	// as long as QEMU: its death is QEMU's parent-death signal.
+	exited, err := unpriv.Start(cmd, unpriv.Spec{Identity: id, Umask: 0o007, SELinuxLabel: l.label.Process})
 	l.closeQMPListener() // QEMU has its own copy, or will never start
 	if err != nil {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
 	}
+	l.cmd = cmd
+	go func() {
+		l.exitErr = <-exited
+		close(l.exited)
+	}()
 	l.state.handle(event{kind: evExec, pid: cmd.Process.Pid, selinuxContext: l.label.Process, deviceCgroup: l.DeviceCgroup()})
 	klog.InfoS("QEMU started", "pid", cmd.Process.Pid, "uid", id.UID, "gid", id.GID, "vmi", klog.KObj(l.vmi))
 	return nil

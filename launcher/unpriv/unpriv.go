@@ -4,20 +4,28 @@
 // label — whatever the launcher itself runs as.
 //
 // Go cannot drop the bounding set or set no_new_privs between fork and exec,
-// so Command starts this very binary (/proc/self/exe) in a mode that an init
-// function of this package recognises: on one locked OS thread it drops
-// everything, changes user, re-arms the parent-death signal (a credential
-// change clears it) and execs QEMU, which keeps the pid, the cgroup and the
-// file descriptors the launcher gave it. Any program that starts QEMU through
-// Command must therefore import this package (the launcher does).
+// but the kernel keeps both, with the inheritable and ambient sets, the
+// SELinux exec label and the umask (after unshare(CLONE_FS)), per thread and
+// hands them to a child at fork. So Start forks from an OS thread of its
+// own that it prepares first: locked to its goroutine and never unlocked,
+// the Go runtime throws it away when QEMU has exited (and never clones new
+// threads from it). The child changes user (SysProcAttr.Credential), re-arms
+// the parent-death signal after that (Go does both in that order) and execs
+// QEMU: with no inheritable, ambient or bounding capabilities a non-root
+// program gets none at exec, whatever securebits say.
 package unpriv
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"syscall"
+
+	goselinux "github.com/opencontainers/selinux/go-selinux"
+	"golang.org/x/sys/unix"
 )
 
 // QEMU's identity when the launcher runs as root (KubeVirt's qemu user and
@@ -43,52 +51,121 @@ func ForQEMU(euid int) Identity {
 	return Identity{UID: euid, GID: os.Getegid()}
 }
 
-// Spec is what the exec helper does before it execs the program.
+// Spec is how Start runs the program.
 type Spec struct {
 	Identity
 	// Umask for the program (QEMU's sockets in the runtime directory).
 	Umask int
 	// SELinuxLabel is the program's process label ("": unchanged).
 	SELinuxLabel string
-	// ParentPID is the launcher: if it is gone by the time the helper has
-	// re-armed the parent-death signal, the helper exits.
-	ParentPID int
 }
 
-// helperEnv carries the Spec to the helper; it is removed from the
-// environment QEMU gets.
-const helperEnv = "KEMU_UNPRIV_EXEC"
-
-// Command returns a command that runs path with args under spec. The caller
-// sets SysProcAttr (Setpgid, Pdeathsig, cgroup), files and output as for any
-// exec.Cmd; cmd.Path is this binary, cmd.Args[0] the program.
-func Command(spec Spec, path string, args ...string) (*exec.Cmd, error) {
-	path, err := exec.LookPath(path)
-	if err != nil {
+// Start starts cmd under spec from a new OS thread that lives until the
+// program has exited, then reaps it: exited receives cmd.Wait's error.
+// The caller sets SysProcAttr (Setpgid, Pdeathsig — which fires when that
+// thread, not the caller's, dies — cgroup), files, directory and output as
+// for any exec.Cmd, but not Credential: Start sets it. The calling thread
+// and process are not changed.
+func Start(cmd *exec.Cmd, spec Spec) (exited <-chan error, err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	if cmd.SysProcAttr.Credential != nil {
+		return nil, errors.New("unpriv: the command already has a Credential")
+	}
+	root := unix.Geteuid() == 0
+	if root {
+		groups := make([]uint32, 0, len(spec.Groups)+1)
+		for _, g := range spec.Groups {
+			groups = append(groups, uint32(g))
+		}
+		if len(groups) == 0 {
+			groups = append(groups, uint32(spec.GID))
+		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: groups}
+	}
+	started := make(chan error, 1)
+	done := make(chan error, 1)
+	run := func() {
+		if err := prepareThread(spec, root); err != nil {
+			started <- err
+			return
+		}
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}
+	go func() {
+		// Never unlocked once prepared: the thread's credentials, bounding
+		// set and filesystem attributes are the child's, not the
+		// launcher's, and the runtime ends the thread with its goroutine —
+		// except the main thread, which it keeps (wedged) for good and
+		// whose status is the process's in /proc/<pid>/status. On the main
+		// thread, hand over to a goroutine that cannot be scheduled here
+		// while this one holds the thread.
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			run()
+			return
+		}
+		moved := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(moved)
+			run()
+		}()
+		<-moved
+		runtime.UnlockOSThread()
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("unpriv: %w", err)
 	}
-	if spec.ParentPID == 0 {
-		spec.ParentPID = os.Getpid()
-	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
-	// /proc/self/exe: this binary even if its file was replaced since.
-	cmd := exec.Command("/proc/self/exe", args...)
-	cmd.Args[0] = path // the helper execs its argv[0]
-	cmd.Env = append(withoutHelperEnv(os.Environ()), helperEnv+"="+string(b))
-	return cmd, nil
+	return done, nil
 }
 
-func withoutHelperEnv(env []string) []string {
-	out := env[:0:0]
-	for _, e := range env {
-		if !strings.HasPrefix(e, helperEnv+"=") {
-			out = append(out, e)
+// prepareThread gives the calling (locked, throw-away) thread what the
+// program must start with. Every call is a per-thread system call.
+func prepareThread(spec Spec, root bool) error {
+	// Its own umask, not the launcher's.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare(CLONE_FS): %w", err)
+	}
+	unix.Umask(spec.Umask)
+	if root {
+		// Dropping from the bounding set needs SETPCAP, which this thread
+		// keeps (the child loses it when it changes user).
+		for c := 0; c <= lastCap(); c++ {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+				return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+			}
 		}
 	}
-	return out
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	// No inheritable capabilities; effective and permitted stay for the
+	// child's setgroups/setresgid/setresuid.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("reading capabilities: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clearing inheritable capabilities: %w", err)
+	}
+	if spec.SELinuxLabel != "" {
+		if err := goselinux.SetExecLabel(spec.SELinuxLabel); err != nil {
+			return fmt.Errorf("SELinux exec label %q: %w", spec.SELinuxLabel, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return nil
 }
 
 // Status is a process's identity and capability sets as /proc/<pid>/status

@@ -3,7 +3,13 @@
 package unpriv
 
 import (
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+
 	"bytes"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"strconv"
@@ -34,8 +40,29 @@ func parse(t *testing.T, out []byte) Status {
 	return s
 }
 
-func TestCommandRunsUnprivileged(t *testing.T) {
+// run starts cmd with Start and waits for it.
+func run(t *testing.T, cmd *exec.Cmd, spec Spec) ([]byte, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	exited, err := Start(cmd, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-exited; err != nil {
+		return nil, fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}
+
+func TestStartRunsUnprivileged(t *testing.T) {
 	requireRoot(t)
+	before, err := ReadStatus(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeUmask := syscall.Umask(0o022)
+	syscall.Umask(beforeUmask)
 	for _, tc := range []struct {
 		name   string
 		groups []int
@@ -45,15 +72,11 @@ func TestCommandRunsUnprivileged(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := Identity{UID: UID, GID: GID, Groups: tc.groups}
-			cmd, err := Command(Spec{Identity: id, Umask: 0o027}, "sh", "-c", "cat /proc/self/status; umask; env")
+			cmd := exec.Command("sh", "-c", "cat /proc/self/status; umask")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			out, err := run(t, cmd, Spec{Identity: id, Umask: 0o027})
 			if err != nil {
 				t.Fatal(err)
-			}
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("%v: %s", err, stderr.String())
 			}
 			s := parse(t, out)
 			if err := s.Unprivileged(id); err != nil {
@@ -72,25 +95,58 @@ func TestCommandRunsUnprivileged(t *testing.T) {
 			if !strings.Contains(string(out), "\n0027\n") {
 				t.Errorf("umask not 0027:\n%s", out)
 			}
-			if strings.Contains(string(out), helperEnv) {
-				t.Errorf("the helper's variable reached the program:\n%s", out)
-			}
 		})
 	}
-}
-
-func TestCommandErrors(t *testing.T) {
-	requireRoot(t)
-	if _, err := Command(Spec{Identity: Identity{UID: UID, GID: GID}}, "no-such-qemu"); err == nil {
-		t.Fatal("a missing program was accepted")
+	// The caller's process kept everything: the thread that forked was
+	// Start's own, never the main thread (whose status is the process's),
+	// though the runtime often schedules Start's goroutine there first.
+	for range 20 {
+		if _, err := run(t, exec.Command("true"), Spec{Identity: Identity{UID: UID, GID: GID}, Umask: 0o077}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The launcher gone before the helper re-armed the parent-death signal.
-	cmd, err := Command(Spec{Identity: Identity{UID: UID, GID: GID}, ParentPID: 1}, "true")
+	after, err := ReadStatus(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 127 || !strings.Contains(string(out), "is gone") {
-		t.Fatalf("want exit 127 naming the launcher, got %v: %s", err, out)
+	if after != before {
+		t.Errorf("the test process changed: %+v, was %+v", after, before)
+	}
+	if u := syscall.Umask(0o022); u != beforeUmask {
+		t.Errorf("the test process's umask is %04o, was %04o", u, beforeUmask)
+	} else {
+		syscall.Umask(u)
+	}
+	// Nor does any thread the runtime starts later inherit the prepared
+	// thread's state: start more threads and read each one.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			s, err := ReadStatusFile(fmt.Sprintf("/proc/self/task/%d/status", unix.Gettid()))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if s.NoNewPrivs || s.CapBnd != before.CapBnd {
+				t.Errorf("thread %d: no_new_privs %v, bounding %x", unix.Gettid(), s.NoNewPrivs, s.CapBnd)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestStartErrors(t *testing.T) {
+	requireRoot(t)
+	if _, err := Start(exec.Command("no-such-qemu"), Spec{Identity: Identity{UID: UID, GID: GID}}); err == nil {
+		t.Fatal("a missing program was accepted")
+	}
+	cmd := exec.Command("true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{}}
+	if _, err := Start(cmd, Spec{Identity: Identity{UID: UID, GID: GID}}); err == nil {
+		t.Fatal("a command with its own Credential was accepted")
 	}
 }
