@@ -33,7 +33,7 @@ generate: deps
 verify-generated: deps
 	@bash hack/verify-codegen.sh
 
-## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps and the distro job's scripts
+## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps, the distro job's and the fuzz scripts
 lint: deps
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
@@ -41,7 +41,7 @@ lint: deps
 	$(TOOLS)/staticcheck -tags '$(TEST_TAGS)' ./...
 	$(TOOLS)/actionlint -shellcheck shellcheck
 	$(GO) run ./hack/actionshell action.yml
-	shellcheck hack/distro-root.sh hack/distro-test.sh
+	shellcheck hack/distro-root.sh hack/distro-test.sh hack/fuzz.sh
 
 ## testguest: the guest every QEMU test boots (_out/testguest)
 testguest: deps
@@ -70,10 +70,7 @@ test-qemu-distro: deps testguest
 FUZZTIME     ?= 15s
 FUZZ_TARGETS := ./api/manifest:FuzzRead ./launcher/cmdline:FuzzArgv ./launcher/cmdline:FuzzManifestArgv
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
-	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
-	done
+	@FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz.sh $(FUZZ_TARGETS)
 
 ## unit: only the tests that need nothing but Go
 unit:
