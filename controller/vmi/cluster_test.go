@@ -562,7 +562,8 @@ func TestDeletion(t *testing.T) {
 
 // TestPodVanished: a Pod deleted behind the controller's back before the
 // VMI runs fails the VMI (reason PodVanished); a Pod that failed before
-// being scheduled (evicted) fails it with the Pod's reason.
+// being scheduled (evicted) fails it with the Pod's reason, and so does a
+// Pod that Kubernetes disrupted and removed at once.
 func TestPodVanished(t *testing.T) {
 	ns := newNamespace(t, "vanished")
 	startController(t, ns, nil)
@@ -590,6 +591,27 @@ func TestPodVanished(t *testing.T) {
 	vmi = waitVMI(t, ns, "evicted", "Failed", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Failed })
 	if vmi.Status.Reason != "Evicted" {
 		t.Errorf("reason %q, want Evicted", vmi.Status.Reason)
+	}
+
+	// A Pod of a failed node: Kubernetes marks it disrupted and removes it
+	// at once (the out-of-service taint). Whether the controller's sync
+	// sees the marked Pod or only its absence, the VMI fails with the
+	// disruption's reason, not PodVanished.
+	createVMI(t, ns, newVMI("disrupted"))
+	vmi = waitVMI(t, ns, "disrupted", "Scheduling", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Scheduling })
+	pod = podOf(t, vmi)
+	bind(t, pod)
+	waitVMI(t, ns, "disrupted", "Scheduled", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Scheduled })
+	setPodStatus(t, ns, pod.Name, func(s *corev1.PodStatus) {
+		s.Conditions = append(s.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "DeletionByPodGC", Message: "PodGC: node is out of service"})
+	})
+	if err := admin.kube.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	vmi = waitVMI(t, ns, "disrupted", "Failed", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Failed })
+	if vmi.Status.Reason != "DeletionByPodGC" {
+		t.Errorf("reason %q, want DeletionByPodGC", vmi.Status.Reason)
 	}
 }
 

@@ -88,6 +88,8 @@ type Controller struct {
 	// written: while the cache still shows the VMI our last write replaced,
 	// it is known stale (our own write not seen yet) and not synced.
 	written status.Writes
+	// ended: why deleted launcher Pods ended, for a sync that finds them gone.
+	ended   podEnds
 	runOnce sync.Once
 }
 
@@ -230,6 +232,7 @@ func (c *Controller) deletePod(obj any) {
 		}
 	}
 	if key, ok := podOwnerKey(pod); ok {
+		c.ended.record(pod, time.Now())
 		c.expectations.DeletionObserved(key, pod.UID)
 		c.queue.Add(key)
 	}

@@ -214,6 +214,15 @@ func (c *Controller) syncStarted(ctx context.Context, vmi *v1.VirtualMachineInst
 		if migratedAway(vmi, vmi.Status.LauncherPod) {
 			return nil // issue 17: the VM left the Pod; the migration controller names the next
 		}
+		// A Pod that failed or was disrupted and is already gone: its
+		// reason from the delete event, else PodVanished.
+		if reason, msg, ok := c.ended.get(vmi.Namespace, vmi.Status.LauncherPod); ok {
+			if err := c.fail(ctx, vmi, vmi.Status.LauncherPod, reason, msg); err != nil {
+				return err
+			}
+			c.ended.forget(vmi.Namespace, vmi.Status.LauncherPod)
+			return nil
+		}
 		msg := fmt.Sprintf("launcher Pod %q is gone", vmi.Status.LauncherPod)
 		return c.fail(ctx, vmi, vmi.Status.LauncherPod, ReasonPodVanished, msg)
 	}
