@@ -7,9 +7,10 @@
 // but the kernel keeps both, with the inheritable and ambient sets, the
 // SELinux exec label and the umask (after unshare(CLONE_FS)), per thread and
 // hands them to a child at fork. So Start forks from an OS thread of its
-// own that it prepares first: locked to its goroutine and never unlocked,
-// the Go runtime throws it away when QEMU has exited (and never clones new
-// threads from it). The child changes user (SysProcAttr.Credential), re-arms
+// own that it prepares first: locked to its goroutine and never unlocked
+// (the Go runtime never runs other goroutines on it or clones new threads
+// from it), and parked once QEMU has exited rather than ended, since ending
+// a thread kills every child forked from it with Pdeathsig. The child changes user (SysProcAttr.Credential), re-arms
 // the parent-death signal after that (Go does both in that order) and execs
 // QEMU: with no inheritable, ambient or bounding capabilities a non-root
 // program gets none at exec, whatever securebits say.
@@ -60,8 +61,8 @@ type Spec struct {
 	SELinuxLabel string
 }
 
-// Start starts cmd under spec from a new OS thread that lives until the
-// program has exited, then reaps it: exited receives cmd.Wait's error.
+// Start starts cmd under spec from an OS thread of its own, which reaps it
+// (exited receives cmd.Wait's error) and is then parked for good.
 // The caller sets SysProcAttr (Setpgid, Pdeathsig — which fires when that
 // thread, not the caller's, dies — cgroup), files, directory and output as
 // for any exec.Cmd, but not Credential: Start sets it. The calling thread
@@ -87,6 +88,11 @@ func Start(cmd *exec.Cmd, spec Spec) (exited <-chan error, err error) {
 	started := make(chan error, 1)
 	done := make(chan error, 1)
 	run := func() {
+		// Parked at the end, not ended: the runtime would end a locked
+		// thread with its goroutine, and with it every child that an
+		// unlocked goroutine forked from this thread before with
+		// Pdeathsig (see netsetup/nsthread). Nothing else runs on it.
+		defer func() { <-parked }()
 		if err := prepareThread(spec, root); err != nil {
 			started <- err
 			return
@@ -99,13 +105,12 @@ func Start(cmd *exec.Cmd, spec Spec) (exited <-chan error, err error) {
 		done <- cmd.Wait()
 	}
 	go func() {
-		// Never unlocked once prepared: the thread's credentials, bounding
-		// set and filesystem attributes are the child's, not the
-		// launcher's, and the runtime ends the thread with its goroutine —
-		// except the main thread, which it keeps (wedged) for good and
-		// whose status is the process's in /proc/<pid>/status. On the main
-		// thread, hand over to a goroutine that cannot be scheduled here
-		// while this one holds the thread.
+		// Never unlocked once prepared: the thread's bounding set,
+		// no_new_privs and filesystem attributes are the child's, not the
+		// launcher's, and cannot all be undone. Not the main thread
+		// either, whose status is the process's in /proc/<pid>/status:
+		// there, hand over to a goroutine that cannot be scheduled on it
+		// while this one holds it.
 		runtime.LockOSThread()
 		if unix.Gettid() != unix.Getpid() {
 			run()
@@ -125,6 +130,10 @@ func Start(cmd *exec.Cmd, spec Spec) (exited <-chan error, err error) {
 	}
 	return done, nil
 }
+
+// parked is never closed: each thread Start prepared waits on it for good
+// once its program has been reaped (one idle OS thread per program started).
+var parked = make(chan struct{})
 
 // prepareThread gives the calling (locked, throw-away) thread what the
 // program must start with. Every call is a per-thread system call.

@@ -150,3 +150,48 @@ func TestStartErrors(t *testing.T) {
 		t.Fatal("a command with its own Credential was accepted")
 	}
 }
+
+// TestStartKeepsOtherChildren: children that other goroutines started with
+// Pdeathsig from the runtime's threads outlive every program Start ran —
+// the thread Start prepared is parked, not ended (ending it would kill
+// whatever was forked from it before it was locked).
+func TestStartKeepsOtherChildren(t *testing.T) {
+	requireRoot(t)
+	var others []*exec.Cmd
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command("sleep", "60")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			others = append(others, cmd)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range others {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	for range 32 {
+		if _, err := run(t, exec.Command("true"), Spec{Identity: Identity{UID: UID, GID: GID}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not reaped yet, a killed child is a zombie.
+	for _, c := range others {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
+		if f := strings.Fields(string(b)); err != nil || len(f) < 3 || f[2] == "Z" {
+			t.Errorf("child %d was killed after Start's programs ended: %s %v", c.Process.Pid, b, err)
+		}
+	}
+}
