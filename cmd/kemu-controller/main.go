@@ -40,6 +40,7 @@ import (
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/controller/vm"
 	"github.com/kemu-dev/kemu/controller/vmi"
+	"github.com/kemu-dev/kemu/kube/apirate"
 	"github.com/kemu-dev/kemu/kube/events"
 	"github.com/kemu-dev/kemu/kube/migrationca"
 )
@@ -62,8 +63,7 @@ type options struct {
 	nodeHeartbeatTimeout                              time.Duration
 	migration                                         migrationOptions
 	workers                                           int
-	qps                                               float64
-	burst                                             int
+	apiRate                                           apirate.Limits
 	// listening, if set, receives the metrics server address (tests).
 	listening func(addr string)
 }
@@ -112,8 +112,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.resync, "resync", 10*time.Minute, "informer resync period")
 	fs.DurationVar(&o.nodeHeartbeatTimeout, "node-heartbeat-timeout", node.DefaultHeartbeatTimeout,
 		"age of a node agent's heartbeat after which its node is labelled unschedulable and its VMIs without launcher Pods fail")
-	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API requests per second")
-	fs.IntVar(&o.burst, "kube-api-burst", 100, "API request burst")
+	o.apiRate.Bind(fs)
 	bindMigrationFlags(fs, &o.migration)
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +123,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.launcherImage == "" {
 		return o, errors.New("--launcher-image is required")
+	}
+	if err := o.apiRate.Validate(); err != nil {
+		return o, err
 	}
 	switch vmi.KVMPolicy(o.kvm) {
 	case vmi.KVMAuto, vmi.KVMAlways, vmi.KVMNever:
@@ -157,7 +159,7 @@ func restConfig(o options) (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	o.apiRate.Apply(cfg)
 	cfg.UserAgent = "kemu-controller/" + version
 	return cfg, nil
 }

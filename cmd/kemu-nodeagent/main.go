@@ -42,6 +42,7 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/devices/deviceplugin"
 	"github.com/kemu-dev/kemu/devices/kvm"
+	"github.com/kemu-dev/kemu/kube/apirate"
 	"github.com/kemu-dev/kemu/kube/migrationca"
 	"github.com/kemu-dev/kemu/kube/nodeapi"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
@@ -77,6 +78,8 @@ func run() int {
 	fs.DurationVar(&interval, "heartbeat-interval", heartbeat.DefaultInterval, "time between heartbeats (jittered by 20%)")
 	fs.StringVar(&healthAddr, "health-addr", ":8185", "address of /healthz and /metrics (empty: none)")
 	fs.IntVar(&workers, "vmi-workers", 2, "VMIs reconciled in parallel")
+	var apiRate apirate.Limits
+	apiRate.Bind(fs)
 	var migrationAddr, migrationAdvertise, systemNamespace string
 	fs.StringVar(&migrationAddr, "migration-addr", migrationproxy.DefaultAddr, "address of the migration proxy (TLS 1.3, mutual; its node certificate comes from the controller's signer "+migrationca.SignerName+")")
 	fs.StringVar(&migrationAdvertise, "migration-advertise-address", os.Getenv("POD_IP"), "the address other nodes' agents reach this node's migration proxy at (default $POD_IP)")
@@ -112,6 +115,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "kemu-nodeagent: --vmi-workers %d: must be at least 1\n", workers)
 		return 2
 	}
+	if err := apiRate.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "kemu-nodeagent:", err)
+		return 2
+	}
 	if pluginDir == "" {
 		pluginDir = filepath.Join(kubeletRoot, "device-plugins")
 	}
@@ -120,6 +127,7 @@ func run() int {
 		klog.ErrorS(err, "Kubernetes client configuration")
 		return 2
 	}
+	apiRate.Apply(cfg)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		klog.ErrorS(err, "Kubernetes client")
