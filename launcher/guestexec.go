@@ -86,16 +86,27 @@ func (l *Launcher) Exec(ctx context.Context, command string, stdout, stderr io.W
 	if err != nil {
 		return res, fmt.Errorf("launcher: exec: %w", err)
 	}
+	// The caller's context ending while the command runs, whichever
+	// agent call it interrupts, means the command outlived it.
+	stillRunning := func() error {
+		return fmt.Errorf("launcher: exec: pid %d still running in the guest: %w", pid, ctx.Err())
+	}
 	wait := 10 * time.Millisecond
 	for {
 		st, err := a.ExecStatus(ctx, pid)
 		if err != nil {
+			if ctx.Err() != nil {
+				return res, stillRunning()
+			}
 			return res, fmt.Errorf("launcher: exec: status of pid %d: %w", pid, err)
 		}
 		moved := false
 		for _, s := range streams {
 			n, err := s.drain(ctx, a)
 			if err != nil {
+				if ctx.Err() != nil && !st.Exited {
+					return res, stillRunning()
+				}
 				return res, fmt.Errorf("launcher: exec: reading %s in the guest: %w", s.path, err)
 			}
 			moved = moved || n > 0
@@ -114,7 +125,7 @@ func (l *Launcher) Exec(ctx context.Context, command string, stdout, stderr io.W
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return res, fmt.Errorf("launcher: exec: pid %d still running in the guest: %w", pid, ctx.Err())
+			return res, stillRunning()
 		case <-t.C:
 		}
 	}
