@@ -10,10 +10,11 @@
 // own that it prepares first: locked to its goroutine and never unlocked
 // (the Go runtime never runs other goroutines on it or clones new threads
 // from it), and parked once QEMU has exited rather than ended, since ending
-// a thread kills every child forked from it with Pdeathsig. The child changes user (SysProcAttr.Credential), re-arms
-// the parent-death signal after that (Go does both in that order) and execs
-// QEMU: with no inheritable, ambient or bounding capabilities a non-root
-// program gets none at exec, whatever securebits say.
+// a thread kills every child forked from it with Pdeathsig. The child
+// changes user (SysProcAttr.Credential), re-arms the parent-death signal
+// after that (Go does both in that order) and execs QEMU: with no
+// inheritable, ambient or bounding capabilities a non-root program gets none
+// at exec, whatever securebits say.
 package unpriv
 
 import (
