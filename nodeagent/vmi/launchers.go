@@ -151,7 +151,7 @@ func (c *Controller) entries(key string, vmiUID types.UID, refs []launcherRef) [
 			st = &launcherState{podUID: r.uid, key: key, vmiUID: vmiUID}
 			c.launchers[r.uid] = st
 		}
-		if r.pod != nil {
+		if r.pod != nil && st.podName != r.pod.Name {
 			st.podName = r.pod.Name
 		}
 		st.role = r.role

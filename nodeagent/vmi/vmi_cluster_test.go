@@ -1069,14 +1069,21 @@ func TestTwoLaunchersOfOneVMI(t *testing.T) {
 		t.Fatalf("no entry of the second Pod with its paused domain: %v (%d entries)", err, a.entries(key))
 	}
 	source := a.c.entry(key, RoleSource)
-	if source == nil || source.podUID != v.podUID || other.podUID != second.podUID || other.podName != "virt-launcher-two-second" {
-		t.Fatalf("entries: source %+v, other %+v", source, other)
+	if source == nil {
+		t.Fatal("no source entry")
+	}
+	// The entries' names as the workers keep them (under the controller's lock).
+	a.c.mu.Lock()
+	sourceName, otherName := source.podName, other.podName
+	a.c.mu.Unlock()
+	if source.podUID != v.podUID || other.podUID != second.podUID || otherName != "virt-launcher-two-second" {
+		t.Fatalf("entries: source %s %s, other %s %s", source.podUID, sourceName, other.podUID, otherName)
 	}
 	if d := source.getDomain(); d.GetState() != rpc.DomainState_Running {
 		t.Errorf("the source's domain %v", d)
 	}
-	t.Logf("two entries: source Pod %s (%s), other Pod %s (%s, %s)", source.podName, source.getDomain().GetState(),
-		other.podName, other.getDomain().GetState(), other.getDomain().GetReason())
+	t.Logf("two entries: source Pod %s (%s), other Pod %s (%s, %s)", sourceName, source.getDomain().GetState(),
+		otherName, other.getDomain().GetState(), other.getDomain().GetReason())
 
 	// The second launcher dies: its entry sees it gone; the VMI does not
 	// fail (LauncherGone is the source's to report).
