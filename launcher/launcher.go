@@ -52,6 +52,9 @@ type Config struct {
 	// PVCRoot and SecretsDir locate persistentVolumeClaim and cloud-init
 	// secret volumes.
 	PVCRoot, SecretsDir string
+	// ConfigDir holds the config volumes the launcher Pod mounts
+	// (<ConfigDir>/<volume>/); "" when there are none (kemuctl run).
+	ConfigDir string
 	// ContainerDiskDir holds containerDisks copied out of their images by
 	// the Pod's init containers (<dir>/<volume>/<file>); "" = the launcher
 	// pulls them into ImageCache itself.

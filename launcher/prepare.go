@@ -34,7 +34,7 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 		return fmt.Errorf("launcher: image cache: %w", err)
 	}
 	l.prepared, err = storage.Prepare(ctx, l.vmi, storage.Options{
-		Dir: l.cfg.Dir, Images: store, PVCRoot: l.cfg.PVCRoot, SecretsDir: l.cfg.SecretsDir,
+		Dir: l.cfg.Dir, Images: store, PVCRoot: l.cfg.PVCRoot, SecretsDir: l.cfg.SecretsDir, ConfigDir: l.cfg.ConfigDir,
 		ContainerDiskDir: l.cfg.ContainerDiskDir, KernelBootDir: l.cfg.KernelBootDir, ImagesMounted: l.cfg.ImagesMounted})
 	if err != nil {
 		return fmt.Errorf("launcher: preparing volumes: %w", err)

@@ -16,6 +16,7 @@ const (
 	FlagImageCache       = "image-cache"
 	FlagPVCRoot          = "pvc-root"
 	FlagSecretsDir       = "secrets-dir"
+	FlagConfigDir        = "config-dir"
 	FlagContainerDiskDir = "container-disk-dir"
 	FlagKernelBootDir    = "kernel-boot-dir"
 	FlagImageVolumes     = "image-volumes"
@@ -39,6 +40,8 @@ type Config struct {
 	// PVCRoot and SecretsDir are where claims and cloud-init secrets are
 	// mounted.
 	PVCRoot, SecretsDir string
+	// ConfigDir holds the config volumes: <ConfigDir>/<volume>/.
+	ConfigDir string
 	// ContainerDiskDir and KernelBootDir hold what the init containers
 	// copied out of the containerDisk and kernel-boot images; "": pull them.
 	ContainerDiskDir, KernelBootDir string
@@ -71,6 +74,7 @@ func (c Config) Args() []string {
 		flagArg(FlagImageCache, c.ImageCache),
 		flagArg(FlagPVCRoot, c.PVCRoot),
 		flagArg(FlagSecretsDir, c.SecretsDir),
+		flagArg(FlagConfigDir, c.ConfigDir),
 		flagArg(FlagContainerDiskDir, c.ContainerDiskDir),
 		flagArg(FlagKernelBootDir, c.KernelBootDir),
 		flagArg(FlagImageVolumes, strconv.FormatBool(c.ImageVolumes)),
@@ -91,6 +95,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.ImageCache, FlagImageCache, c.ImageCache, "cache of container image files")
 	fs.StringVar(&c.PVCRoot, FlagPVCRoot, c.PVCRoot, "where persistentVolumeClaim volumes are mounted")
 	fs.StringVar(&c.SecretsDir, FlagSecretsDir, c.SecretsDir, "where cloud-init secret volumes are mounted")
+	fs.StringVar(&c.ConfigDir, FlagConfigDir, c.ConfigDir, "where configMap, secret, serviceAccount, downwardAPI and sysprep volumes are mounted (<dir>/<volume>/); empty: none can be used")
 	fs.StringVar(&c.ContainerDiskDir, FlagContainerDiskDir, c.ContainerDiskDir, "where the Pod's init containers copied containerDisks (<dir>/<volume>/); empty: pull the images into --"+FlagImageCache)
 	fs.StringVar(&c.KernelBootDir, FlagKernelBootDir, c.KernelBootDir, "where the Pod's init container copied the kernel-boot image's kernel and initrd; empty: pull the image into --"+FlagImageCache)
 	fs.BoolVar(&c.ImageVolumes, FlagImageVolumes, c.ImageVolumes, "--"+FlagContainerDiskDir+"'s and --"+FlagKernelBootDir+"'s images are mounted by the kubelet (image volumes: each image's root), not copied out of them")

@@ -61,6 +61,10 @@ const (
 	PVCRoot = "/var/run/kemu/pvcs"
 	// SecretsDir holds cloud-init secrets: SecretsDir/<secret>/<key>.
 	SecretsDir = "/var/run/kemu/secrets"
+	// ConfigVolumesDir/<volume>/ is each config volume (configMap, secret,
+	// serviceAccount, downwardAPI, sysprep) as the kubelet mounts it; the
+	// launcher turns it into an ISO image.
+	ConfigVolumesDir = "/var/run/kemu/config"
 	// ToolsVolume is the emptyDir the first init container fills with the
 	// static kemu-copy helper from the launcher image.
 	ToolsVolume = "kemu-tools"

@@ -503,16 +503,119 @@ type Volume struct {
 	// +optional
 	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
 
-	DataVolume           *Unsupported `json:"dataVolume,omitempty"`
-	CloudInitConfigDrive *Unsupported `json:"cloudInitConfigDrive,omitempty"`
-	Sysprep              *Unsupported `json:"sysprep,omitempty"`
-	Ephemeral            *Unsupported `json:"ephemeral,omitempty"`
-	ConfigMap            *Unsupported `json:"configMap,omitempty"`
-	Secret               *Unsupported `json:"secret,omitempty"`
-	ServiceAccount       *Unsupported `json:"serviceAccount,omitempty"`
-	DownwardAPI          *Unsupported `json:"downwardAPI,omitempty"`
-	DownwardMetrics      *Unsupported `json:"downwardMetrics,omitempty"`
-	MemoryDump           *Unsupported `json:"memoryDump,omitempty"`
+	// ConfigMap is a ConfigMap of the VMI's namespace as an ISO image
+	// (label volumeLabel, else "cfgdata"), one file per key, as KubeVirt
+	// builds it; the content is the ConfigMap's when the VMI started.
+	// +optional
+	ConfigMap *ConfigMapVolumeSource `json:"configMap,omitempty"`
+	// Secret is a Secret of the VMI's namespace as an ISO image, like
+	// configMap.
+	// +optional
+	Secret *SecretVolumeSource `json:"secret,omitempty"`
+	// ServiceAccount is a ServiceAccount's token, ca.crt and namespace as
+	// an ISO image: the launcher Pod runs as that ServiceAccount.
+	// +optional
+	ServiceAccount *ServiceAccountVolumeSource `json:"serviceAccount,omitempty"`
+	// DownwardAPI is the launcher Pod's downward API files as an ISO image.
+	// +optional
+	DownwardAPI *DownwardAPIVolumeSource `json:"downwardAPI,omitempty"`
+	// CloudInitConfigDrive builds a "config-2" ISO (OpenStack config drive)
+	// for cloud-init.
+	// +optional
+	CloudInitConfigDrive *CloudInitConfigDriveSource `json:"cloudInitConfigDrive,omitempty"`
+	// Sysprep is a ConfigMap or Secret holding autounattend.xml (or
+	// unattend.xml) as an ISO image labelled "unattendCD".
+	// +optional
+	Sysprep *SysprepSource `json:"sysprep,omitempty"`
+
+	DataVolume      *Unsupported `json:"dataVolume,omitempty"`
+	Ephemeral       *Unsupported `json:"ephemeral,omitempty"`
+	DownwardMetrics *Unsupported `json:"downwardMetrics,omitempty"`
+	MemoryDump      *Unsupported `json:"memoryDump,omitempty"`
+}
+
+// ConfigMapVolumeSource names a ConfigMap of the VMI's namespace.
+type ConfigMapVolumeSource struct {
+	// Name of the ConfigMap.
+	Name string `json:"name"`
+	// Optional: a missing ConfigMap gives an empty image instead of a
+	// launcher Pod that cannot start.
+	// +optional
+	Optional *bool `json:"optional,omitempty"`
+	// VolumeLabel is the ISO's volume identifier; default "cfgdata".
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	VolumeLabel string `json:"volumeLabel,omitempty"`
+}
+
+// SecretVolumeSource names a Secret of the VMI's namespace.
+type SecretVolumeSource struct {
+	// SecretName is the Secret's name.
+	SecretName string `json:"secretName"`
+	// Optional: a missing Secret gives an empty image.
+	// +optional
+	Optional *bool `json:"optional,omitempty"`
+	// VolumeLabel is the ISO's volume identifier; default "cfgdata".
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	VolumeLabel string `json:"volumeLabel,omitempty"`
+}
+
+// ServiceAccountVolumeSource names a ServiceAccount of the VMI's namespace.
+type ServiceAccountVolumeSource struct {
+	// ServiceAccountName is the ServiceAccount's name.
+	ServiceAccountName string `json:"serviceAccountName"`
+}
+
+// DownwardAPIVolumeSource lists downward API files of the launcher Pod
+// (which carries the VMI's labels and annotations).
+type DownwardAPIVolumeSource struct {
+	// Fields are the files: path and fieldRef, as in a Pod's downwardAPI
+	// volume.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Fields []corev1.DownwardAPIVolumeFile `json:"fields,omitempty"`
+	// VolumeLabel is the ISO's volume identifier; default "cfgdata".
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	VolumeLabel string `json:"volumeLabel,omitempty"`
+}
+
+// CloudInitConfigDriveSource is cloud-init data for the OpenStack
+// ConfigDrive data source; the same fields as cloudInitNoCloud.
+// +kubebuilder:validation:XValidation:rule="(has(self.userData) ? 1 : 0) + (has(self.userDataBase64) ? 1 : 0) + (has(self.secretRef) ? 1 : 0) <= 1",message="userData, userDataBase64 and secretRef are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="!(has(self.networkData) && has(self.networkDataBase64))",message="networkData and networkDataBase64 are mutually exclusive"
+type CloudInitConfigDriveSource struct {
+	// UserData is the cloud-init user-data, inline.
+	// +optional
+	UserData string `json:"userData,omitempty"`
+	// UserDataBase64 is the user-data, base64-encoded.
+	// +optional
+	UserDataBase64 string `json:"userDataBase64,omitempty"`
+	// SecretRef names a Secret holding "userdata" (or "userData") and optionally
+	// "networkdata" (or "networkData").
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+	// NetworkData is the network configuration (network_data.json), inline.
+	// +optional
+	NetworkData string `json:"networkData,omitempty"`
+	// NetworkDataBase64 is the network configuration, base64-encoded.
+	// +optional
+	NetworkDataBase64 string `json:"networkDataBase64,omitempty"`
+
+	NetworkDataSecretRef *Unsupported `json:"networkDataSecretRef,omitempty"`
+}
+
+// SysprepSource is a ConfigMap or a Secret (exactly one) holding a Windows
+// answer file.
+// +kubebuilder:validation:XValidation:rule="(has(self.configMap) ? 1 : 0) + (has(self.secret) ? 1 : 0) == 1",message="sysprep names exactly one of configMap and secret"
+type SysprepSource struct {
+	// Secret names a Secret of the VMI's namespace.
+	// +optional
+	Secret *corev1.LocalObjectReference `json:"secret,omitempty"`
+	// ConfigMap names a ConfigMap of the VMI's namespace.
+	// +optional
+	ConfigMap *corev1.LocalObjectReference `json:"configMap,omitempty"`
 }
 
 // ContainerDiskSource is a disk image inside a container image.

@@ -330,7 +330,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 	var allErrs field.ErrorList
 	vols := fldPath.Child("volumes")
 	names := sets.New[string]()
-	cloudInits := 0
+	cloudInits, serviceAccounts := 0, 0
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i]
 		p := vols.Index(i)
@@ -343,7 +343,8 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		sources := volumeSources(v)
 		switch {
 		case len(sources) == 0:
-			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, emptyDisk, hostDisk or persistentVolumeClaim"))
+			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
+				"emptyDisk, hostDisk, persistentVolumeClaim, configMap, secret, serviceAccount, downwardAPI or sysprep"))
 		case len(sources) > 1:
 			allErrs = append(allErrs, field.Invalid(p, strings.Join(sources, ", "), "a volume has exactly one source"))
 		}
@@ -363,6 +364,15 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 			}
 			allErrs = append(allErrs, validateCloudInit(ci, p.Child("cloudInitNoCloud"))...)
 		}
+		if cd := v.CloudInitConfigDrive; cd != nil {
+			cloudInits++
+			if cloudInits > 1 {
+				allErrs = append(allErrs, field.Invalid(p.Child("cloudInitConfigDrive"), v.Name, "a VMI has at most one cloud-init volume"))
+			}
+			ci := v1.CloudInitNoCloudSource(*cd)
+			allErrs = append(allErrs, validateCloudInit(&ci, p.Child("cloudInitConfigDrive"))...)
+		}
+		allErrs = append(allErrs, validateConfigVolume(v, p, &serviceAccounts)...)
 		if ed := v.EmptyDisk; ed != nil {
 			switch {
 			case ed.Capacity.Sign() <= 0:
@@ -427,15 +437,19 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.EmptyDisk != nil, "emptyDisk")
 	add(v.HostDisk != nil, "hostDisk")
 	add(v.PersistentVolumeClaim != nil, "persistentVolumeClaim")
+	add(v.CloudInitConfigDrive != nil, "cloudInitConfigDrive")
+	add(v.ConfigMap != nil, "configMap")
+	add(v.Secret != nil, "secret")
+	add(v.ServiceAccount != nil, "serviceAccount")
+	add(v.DownwardAPI != nil, "downwardAPI")
+	add(v.Sysprep != nil, "sysprep")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {
 		set  bool
 		name string
 	}{
-		{v.DataVolume != nil, "dataVolume"}, {v.CloudInitConfigDrive != nil, "cloudInitConfigDrive"},
-		{v.Sysprep != nil, "sysprep"}, {v.Ephemeral != nil, "ephemeral"}, {v.ConfigMap != nil, "configMap"},
-		{v.Secret != nil, "secret"}, {v.ServiceAccount != nil, "serviceAccount"}, {v.DownwardAPI != nil, "downwardAPI"},
+		{v.DataVolume != nil, "dataVolume"}, {v.Ephemeral != nil, "ephemeral"},
 		{v.DownwardMetrics != nil, "downwardMetrics"}, {v.MemoryDump != nil, "memoryDump"},
 	} {
 		add(u.set, u.name)
@@ -772,6 +786,10 @@ func readOnlySource(v *v1.Volume) string {
 		return ""
 	case v.CloudInitNoCloud != nil:
 		return "cloudInitNoCloud"
+	case v.CloudInitConfigDrive != nil:
+		return "cloudInitConfigDrive"
+	case configVolumeKind(v) != "":
+		return configVolumeKind(v)
 	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly:
 		return "persistentVolumeClaim.readOnly"
 	}

@@ -99,6 +99,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	for k, v := range vmi.Labels {
 		labels[k] = v // Services select VMs by their VMI's labels
 	}
+	annotations := PodAnnotations(vmi.Annotations)
 	labels[launcherpod.AppLabel] = launcherpod.AppLauncher
 	labels[launcherpod.CreatedByLabel] = string(vmi.UID)
 	labels[launcherpod.VMINameLabel] = launcherpod.VMINameLabelValue(vmi.Name)
@@ -142,9 +143,10 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 	no := false
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      launcherpod.PodName(vmi),
-			Namespace: vmi.Namespace,
-			Labels:    labels,
+			Name:        launcherpod.PodName(vmi),
+			Namespace:   vmi.Namespace,
+			Labels:      labels,
+			Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi,
 				v1.SchemeGroupVersion.WithKind("VirtualMachineInstance"))},
 		},
@@ -158,6 +160,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 			Affinity:                      vmi.Spec.Affinity.DeepCopy(),
 			Tolerations:                   append([]corev1.Toleration(nil), vmi.Spec.Tolerations...),
 			AutomountServiceAccountToken:  &no,
+			ServiceAccountName:            b.serviceAccount,
 			EnableServiceLinks:            &no,
 			Hostname:                      v1.DeriveHostname(vmi.Name),
 		},
@@ -175,6 +178,7 @@ type builder struct {
 	initContainers []corev1.Container
 	secrets        map[string]bool
 	hostDirs       map[string]bool
+	serviceAccount string // a serviceAccount volume's; "" for none
 	copyInstalled  bool
 }
 
@@ -220,6 +224,10 @@ func (b *builder) volumes() error {
 			}
 		case vol.CloudInitNoCloud != nil && vol.CloudInitNoCloud.SecretRef != nil:
 			b.secret(vol.CloudInitNoCloud.SecretRef.Name)
+		case vol.CloudInitConfigDrive != nil && vol.CloudInitConfigDrive.SecretRef != nil:
+			b.secret(vol.CloudInitConfigDrive.SecretRef.Name)
+		default:
+			b.configVolume(&vol)
 		}
 	}
 	if fw := b.vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
@@ -376,6 +384,49 @@ func (b *builder) secret(name string) {
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: vn, MountPath: path.Join(launcherpod.SecretsDir, name), ReadOnly: true})
 }
 
+// configVolume mounts a config volume's source (configMap, secret,
+// downwardAPI, serviceAccount, sysprep) read-only at
+// <ConfigVolumesDir>/<volume>/, where the launcher makes an ISO image of
+// it. A serviceAccount volume makes the Pod run as that ServiceAccount
+// (KubeVirt's rule) and projects what automounting would give a container
+// — token, ca.crt, namespace — only there: the compute container gets no
+// token mount of its own.
+func (b *builder) configVolume(vol *v1.Volume) {
+	var src corev1.VolumeSource
+	switch {
+	case vol.ConfigMap != nil:
+		src.ConfigMap = &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: vol.ConfigMap.Name}, Optional: vol.ConfigMap.Optional}
+	case vol.Secret != nil:
+		src.Secret = &corev1.SecretVolumeSource{SecretName: vol.Secret.SecretName, Optional: vol.Secret.Optional}
+	case vol.DownwardAPI != nil:
+		src.DownwardAPI = &corev1.DownwardAPIVolumeSource{Items: append([]corev1.DownwardAPIVolumeFile(nil), vol.DownwardAPI.Fields...)}
+	case vol.Sysprep != nil && vol.Sysprep.ConfigMap != nil:
+		src.ConfigMap = &corev1.ConfigMapVolumeSource{LocalObjectReference: *vol.Sysprep.ConfigMap}
+	case vol.Sysprep != nil && vol.Sysprep.Secret != nil:
+		src.Secret = &corev1.SecretVolumeSource{SecretName: vol.Sysprep.Secret.Name}
+	case vol.ServiceAccount != nil:
+		b.serviceAccount = vol.ServiceAccount.ServiceAccountName
+		expiry := int64(ServiceAccountTokenSeconds)
+		src.Projected = &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &expiry}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		}}
+	default:
+		return
+	}
+	name := "config-" + shortHash(vol.Name)
+	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name, VolumeSource: src})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(launcherpod.ConfigVolumesDir, vol.Name), ReadOnly: true})
+}
+
+// ServiceAccountTokenSeconds is the lifetime of the token a serviceAccount
+// volume gives the guest: the kubelet's default for automounted tokens
+// (the guest's copy is not refreshed, as in KubeVirt).
+const ServiceAccountTokenSeconds = 3607
+
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:10]
@@ -391,7 +442,7 @@ func (b *builder) args(grace int64) []string {
 	}
 	c := launcherpod.Config{
 		SocketsDir: launcherpod.SocketsDir, RuntimeDir: launcherpod.RuntimeDir, ImageCache: launcherpod.ImageCache, PVCRoot: launcherpod.PVCRoot,
-		SecretsDir: launcherpod.SecretsDir, ContainerDiskDir: launcherpod.ContainerDisksDir, KernelBootDir: launcherpod.KernelBootDir,
+		SecretsDir: launcherpod.SecretsDir, ConfigDir: launcherpod.ConfigVolumesDir, ContainerDiskDir: launcherpod.ContainerDisksDir, KernelBootDir: launcherpod.KernelBootDir,
 		ImageVolumes: b.opts.ImageVolumes, Accel: accel, GracePeriod: time.Duration(grace) * time.Second,
 		// The launcher reports it to the node agent (Info), which talks to
 		// no launcher of another VMI; the launcher Syncs no other VMI.

@@ -113,7 +113,7 @@ func TestRender(t *testing.T) {
 			}
 			c := pod.Spec.Containers[0]
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
-				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets",
+				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets", "--config-dir=/var/run/kemu/config",
 				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--image-volumes=false", "--accel=tcg", "--grace-period=30s",
 				"--vmi-uid=uid-1", "--allow-raw-qmp=false"}
 			if c.Name != launcherpod.ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {

@@ -6,6 +6,7 @@ package cloudinit
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,36 @@ import (
 
 // VolumeLabel is the NoCloud data source's file-system label.
 const VolumeLabel = "cidata"
+
+// ConfigDriveLabel is the OpenStack config drive's file-system label.
+const ConfigDriveLabel = "config-2"
+
+// Files of a config drive, under openstack/latest/.
+const (
+	configDriveDir         = "openstack/latest/"
+	ConfigDriveUserData    = configDriveDir + "user_data"
+	ConfigDriveMetaData    = configDriveDir + "meta_data.json"
+	ConfigDriveNetworkData = configDriveDir + "network_data.json"
+)
+
+// ConfigDriveFiles lays d out as an OpenStack config drive, as KubeVirt
+// does: meta_data.json carries instance_id and uuid (both instanceID) and
+// hostname; d.MetaData (NoCloud's) is not used.
+func ConfigDriveFiles(d Data, instanceID, hostname string) (map[string][]byte, error) {
+	md, err := json.Marshal(struct {
+		InstanceID string `json:"instance_id"`
+		UUID       string `json:"uuid"`
+		Hostname   string `json:"hostname,omitempty"`
+	}{instanceID, instanceID, hostname})
+	if err != nil {
+		return nil, fmt.Errorf("config drive meta-data: %w", err)
+	}
+	files := map[string][]byte{ConfigDriveMetaData: md, ConfigDriveUserData: d.UserData}
+	if len(d.NetworkData) > 0 {
+		files[ConfigDriveNetworkData] = d.NetworkData
+	}
+	return files, nil
+}
 
 // File names in the seed image.
 const (

@@ -21,6 +21,15 @@
 //     instance-id = the VMI's UID (else <namespace>.<name>, namespace
 //     "default" when empty) and local-hostname = v1alpha1.DeriveHostname
 //     (the VMI's name up to its first dot, at most 63); read-only.
+//   - cloudInitConfigDrive: a "config-2" ISO (OpenStack config drive:
+//     openstack/latest/meta_data.json with uuid and hostname, user_data,
+//     network_data.json) at <Dir>/<volume>-config-2.iso; read-only.
+//   - configMap, secret, serviceAccount, downwardAPI, sysprep: the directory
+//     the kubelet mounted at <ConfigDir>/<volume>/ as an ISO image
+//     (launcher/configdisk) at <Dir>/<volume>-<kind>.iso, labelled
+//     volumeLabel or "cfgdata" (sysprep: "unattendCD", and it must hold
+//     autounattend.xml or unattend.xml); read-only; the content is the
+//     source's when the VM started (KubeVirt's rule).
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
 //
@@ -37,12 +46,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher/cloudinit"
+	"github.com/kemu-dev/kemu/launcher/configdisk"
 	"github.com/kemu-dev/kemu/launcher/images"
 )
 
@@ -53,6 +64,12 @@ const (
 	KindEmptyDisk             = "emptyDisk"
 	KindHostDisk              = "hostDisk"
 	KindPersistentVolumeClaim = "persistentVolumeClaim"
+	KindCloudInitConfigDrive  = "cloudInitConfigDrive"
+	KindConfigMap             = "configMap"
+	KindSecret                = "secret"
+	KindServiceAccount        = "serviceAccount"
+	KindDownwardAPI           = "downwardAPI"
+	KindSysprep               = "sysprep"
 )
 
 // Disk formats.
@@ -91,6 +108,10 @@ type Options struct {
 	PVCRoot string
 	// SecretsDir holds cloud-init secrets: <SecretsDir>/<secretName>/<key>.
 	SecretsDir string
+	// ConfigDir holds the config volumes (configMap, secret,
+	// serviceAccount, downwardAPI, sysprep) as the kubelet mounted them:
+	// <ConfigDir>/<volume name>/. "": no such volume can be used.
+	ConfigDir string
 	// QemuImg is the qemu-img binary ("" = qemu-img from PATH).
 	QemuImg string
 }
@@ -303,8 +324,21 @@ func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string
 		return pr.pvc(v, field+".persistentVolumeClaim")
 	case v.CloudInitNoCloud != nil:
 		return pr.cloudInit(v, field+".cloudInitNoCloud")
+	case v.CloudInitConfigDrive != nil:
+		return pr.configDrive(v, field+".cloudInitConfigDrive")
+	case v.ConfigMap != nil:
+		return pr.configVolume(v, field+".configMap", KindConfigMap, v.ConfigMap.VolumeLabel)
+	case v.Secret != nil:
+		return pr.configVolume(v, field+".secret", KindSecret, v.Secret.VolumeLabel)
+	case v.ServiceAccount != nil:
+		return pr.configVolume(v, field+".serviceAccount", KindServiceAccount, "")
+	case v.DownwardAPI != nil:
+		return pr.configVolume(v, field+".downwardAPI", KindDownwardAPI, v.DownwardAPI.VolumeLabel)
+	case v.Sysprep != nil:
+		return pr.configVolume(v, field+".sysprep", KindSysprep, configdisk.SysprepLabel)
 	default:
-		return Volume{}, fieldErr(field, "volume %q has no supported source (containerDisk, cloudInitNoCloud, emptyDisk, hostDisk, persistentVolumeClaim)", v.Name)
+		return Volume{}, fieldErr(field, "volume %q has no supported source (containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
+			"emptyDisk, hostDisk, persistentVolumeClaim, configMap, secret, serviceAccount, downwardAPI, sysprep)", v.Name)
 	}
 }
 
@@ -621,6 +655,86 @@ func (pr *preparer) cloudInit(v *v1alpha1.Volume, field string) (Volume, error) 
 		return Volume{}, fieldErr(field, "%w", err)
 	}
 	return Volume{Kind: KindCloudInitNoCloud, Path: p, Format: FormatRaw, ReadOnly: true, Size: st.Size()}, nil
+}
+
+// configDrive builds an OpenStack config drive ("config-2" ISO) as KubeVirt
+// does: openstack/latest/{meta_data.json,user_data,network_data.json}.
+func (pr *preparer) configDrive(v *v1alpha1.Volume, field string) (Volume, error) {
+	src := v1alpha1.CloudInitNoCloudSource(*v.CloudInitConfigDrive)
+	hostname := v1alpha1.DeriveHostname(pr.vmi.Name)
+	data, err := cloudinit.Resolve(&src, pr.opts.SecretsDir, InstanceID(pr.vmi), hostname)
+	if err != nil {
+		var fe *cloudinit.FieldError
+		if errors.As(err, &fe) && fe.Field != "" {
+			return Volume{}, &FieldError{Field: field + "." + fe.Field, Err: fe.Err}
+		}
+		return Volume{}, &FieldError{Field: field, Err: err}
+	}
+	p, err := pr.vmFile(v.Name + "-config-2.iso")
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	files, err := cloudinit.ConfigDriveFiles(data, InstanceID(pr.vmi), hostname)
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := configdisk.FromFiles(p, cloudinit.ConfigDriveLabel, files, pr.opts.Dir); err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	return pr.isoVolume(KindCloudInitConfigDrive, p, field)
+}
+
+// configVolume turns the directory the kubelet mounted for a config volume
+// into an ISO image labelled label (configdisk.DefaultLabel when empty).
+func (pr *preparer) configVolume(v *v1alpha1.Volume, field, kind, label string) (Volume, error) {
+	if pr.opts.ConfigDir == "" {
+		return Volume{}, fieldErr(field, "a %s volume is mounted by the kubelet into the launcher Pod: it needs a cluster (not kemuctl run)", kind)
+	}
+	if label == "" {
+		label = configdisk.DefaultLabel
+	}
+	src := filepath.Join(pr.opts.ConfigDir, v.Name)
+	if st, err := os.Stat(src); err != nil || !st.IsDir() {
+		return Volume{}, fieldErr(field, "the launcher Pod has no mount of volume %q at %s", v.Name, src)
+	}
+	if kind == KindSysprep {
+		if err := unattendPresent(src); err != nil {
+			return Volume{}, &FieldError{Field: field, Err: err}
+		}
+	}
+	p, err := pr.vmFile(v.Name + "-" + strings.ToLower(kind) + ".iso")
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := configdisk.FromDir(p, label, src, pr.opts.Dir); err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	return pr.isoVolume(kind, p, field)
+}
+
+func (pr *preparer) isoVolume(kind, p, field string) (Volume, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	return Volume{Kind: kind, Path: p, Format: FormatRaw, ReadOnly: true, Size: st.Size()}, nil
+}
+
+// Windows Setup's answer files; a sysprep volume holds one of them
+// (compared case-insensitively, as KubeVirt).
+var unattendFiles = []string{"autounattend.xml", "unattend.xml"}
+
+func unattendPresent(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if slices.Contains(unattendFiles, strings.ToLower(e.Name())) {
+			return nil
+		}
+	}
+	return fmt.Errorf("the sysprep source holds neither %s", strings.Join(unattendFiles, " nor "))
 }
 
 func (pr *preparer) kernelBoot(ctx context.Context) error {
