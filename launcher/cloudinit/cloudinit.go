@@ -39,11 +39,11 @@ const (
 // does: meta_data.json carries instance_id and uuid (both instanceID) and
 // hostname; d.MetaData (NoCloud's) is not used.
 func ConfigDriveFiles(d Data, instanceID, hostname string) (map[string][]byte, error) {
-	md, err := json.Marshal(struct {
+	md, err := json.MarshalIndent(struct {
 		InstanceID string `json:"instance_id"`
 		UUID       string `json:"uuid"`
 		Hostname   string `json:"hostname,omitempty"`
-	}{instanceID, instanceID, hostname})
+	}{instanceID, instanceID, hostname}, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("config drive meta-data: %w", err)
 	}

@@ -40,6 +40,8 @@ const (
 	KindUserDataScript = "userdata-script"
 	KindMetaData       = "metadata"
 	KindNetworkConfig  = "networkconfig"
+	KindVolume         = "volume"
+	KindVolFile        = "volfile"
 	KindAgent          = "agent"
 	KindACPID          = "acpid"
 	KindReady          = "ready"
