@@ -28,6 +28,10 @@ type Config struct {
 	// policy, applied at admission too. Nil leaves that check to the
 	// controller.
 	HostDiskDirs func() []string
+	// Authorize, when set, asks kube-apiserver for the requesting user's
+	// rights (serviceAccount volumes: serviceAccountAccess). Nil skips the
+	// check.
+	Authorize Authorizer
 }
 
 func (c Config) withDefaults() Config {
@@ -59,7 +63,7 @@ func Handlers(cfg Config) map[string]http.Handler {
 	return map[string]http.Handler{
 		PathMutateVMI:    &webhook{name: "mutate-vmi", admit: mutateVMI},
 		PathValidateVMI:  &webhook{name: "validate-vmi", admit: cfg.validateVMI},
-		PathValidateVM:   &webhook{name: "validate-vm", admit: validateVM},
+		PathValidateVM:   &webhook{name: "validate-vm", admit: cfg.validateVMWithAccess},
 		PathValidateVMIM: &webhook{name: "validate-vmim", admit: validateVMIM},
 	}
 }

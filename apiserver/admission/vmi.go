@@ -50,6 +50,9 @@ func (c Config) validateVMI(req *admissionv1.AdmissionRequest) *admissionv1.Admi
 		if c.HostDiskDirs != nil {
 			errs = append(errs, validation.ValidateHostDisks(&vmi, c.HostDiskDirs())...)
 		}
+		if len(errs) == 0 {
+			errs = c.serviceAccountAccess(req, &vmi.Spec, field.NewPath("spec"))
+		}
 		return invalid(vmiKind, vmi.Name, errs)
 	case admissionv1.Update:
 		var old v1.VirtualMachineInstance

@@ -184,7 +184,7 @@ func serve(ctx context.Context, o *options) error {
 	srv, err := server.New(o.server, server.Config{
 		Cert:         certMgr,
 		Subresources: handler,
-		Webhooks:     webhookHandlers(o.namespace),
+		Webhooks:     webhookHandlers(o.namespace, kube),
 	})
 	if err != nil {
 		return err

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
 	"net/http"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kemu-dev/kemu/apiserver/admission"
 )
@@ -10,6 +15,18 @@ import (
 // calls webhooks without credentials).
 func webhookPaths() []string { return admission.Paths }
 
-func webhookHandlers(namespace string) map[string]http.Handler {
-	return admission.Handlers(admission.Config{Namespace: namespace})
+func webhookHandlers(namespace string, kube kubernetes.Interface) map[string]http.Handler {
+	return admission.Handlers(admission.Config{Namespace: namespace, Authorize: subjectAccessReview(kube)})
+}
+
+// subjectAccessReview asks kube-apiserver what a requesting user may do
+// (kemu-api is bound to system:auth-delegator, deploy/kemu-api-rbac.yaml).
+func subjectAccessReview(kube kubernetes.Interface) admission.Authorizer {
+	return func(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (bool, string, error) {
+		r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return r.Status.Allowed, r.Status.Reason, nil
+	}
 }
