@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -26,6 +28,22 @@ import (
 
 // KubeVirtGroup is the API group of the manifests kemu can take over.
 const KubeVirtGroup = "kubevirt.io"
+
+// KubeVirtVersions are the versions of KubeVirtGroup kemu reads: those
+// KubeVirt serves with kubevirt.io/v1's schema (its CRDs serve v1 and the
+// deprecated v1alpha3, one schema for both: KubeVirt's
+// staging/src/kubevirt.io/api/core/v1/register.go, ApiSupportedVersions).
+var KubeVirtVersions = []string{"v1", "v1alpha3"}
+
+// AcceptedAPIVersions are the apiVersions Read takes: kemu's, then
+// KubeVirt's KubeVirtVersions.
+func AcceptedAPIVersions() []string {
+	out := []string{v1.APIVersion}
+	for _, v := range KubeVirtVersions {
+		out = append(out, KubeVirtGroup+"/"+v)
+	}
+	return out
+}
 
 // UnknownFieldDetail is the message for a field that is neither kemu's nor a
 // KubeVirt field kemu knows about.
@@ -77,6 +95,8 @@ func (d *Document) Describe() string {
 
 // Read splits r into documents and decodes each. The error is for input that
 // is not YAML or JSON at all; problems inside a document are in its Errors.
+// Documents are separated by "---" lines; a "..." line (YAML's document end
+// marker) ends one too, and whatever follows it is read as the next document.
 func Read(r io.Reader) ([]*Document, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var docs []*Document
@@ -88,39 +108,101 @@ func Read(r io.Reader) ([]*Document, error) {
 		if err != nil {
 			return docs, fmt.Errorf("reading manifest: %w", err)
 		}
-		if len(bytes.TrimSpace(chunk)) == 0 || isOnlyComments(chunk) {
-			continue
-		}
-		// JSON is kept as written, so duplicate fields are reported with
-		// their paths; YAML with a duplicate key is refused by the strict
-		// converter, with its line.
-		js := bytes.TrimSpace(chunk)
-		if js[0] != '{' {
-			if js, err = yaml.YAMLToJSONStrict(chunk); err != nil {
-				return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		for _, part := range splitDocumentEnds(chunk) {
+			if docs, err = readDocument(docs, part); err != nil {
+				return docs, err
 			}
 		}
-		if string(bytes.TrimSpace(js)) == "null" {
-			continue
-		}
-		var obj map[string]any
-		if err := json.Unmarshal(js, &obj); err != nil {
-			return docs, fmt.Errorf("document %d is not an object: %w", len(docs), err)
-		}
-		if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
-			items, _ := obj["items"].([]any)
-			for _, it := range items {
-				m, ok := it.(map[string]any)
-				if !ok {
-					return docs, fmt.Errorf("document %d: a List item is not an object", len(docs))
-				}
-				docs = append(docs, decode(len(docs), m, nil))
-			}
-			continue
-		}
-		docs = append(docs, decode(len(docs), obj, js))
 	}
 	return docs, nil
+}
+
+// splitDocumentEnds cuts a chunk of the YAML reader (which splits at "---"
+// lines only) at its document end markers: "..." at the start of a line,
+// alone or followed by white space or a comment. YAML allows a bare
+// document after one, which a YAML parser given the whole chunk would not
+// read.
+func splitDocumentEnds(chunk []byte) [][]byte {
+	var parts [][]byte
+	start := 0
+	for i := 0; i < len(chunk); {
+		end := bytes.IndexByte(chunk[i:], '\n')
+		if end < 0 {
+			end = len(chunk)
+		} else {
+			end += i + 1
+		}
+		if rest, ok := bytes.CutPrefix(chunk[i:end], []byte("...")); ok {
+			if rest = bytes.TrimLeft(rest, " \t\r\n"); len(rest) == 0 || rest[0] == '#' {
+				parts = append(parts, chunk[start:i])
+				start = end
+			}
+		}
+		i = end
+	}
+	return append(parts, chunk[start:])
+}
+
+// yamlDocuments counts the YAML documents in a part, so one the splitting
+// missed fails instead of being dropped.
+func yamlDocuments(part []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(part))
+	n := 0
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// readDocument decodes one document (or the items of a List) and appends
+// it to docs.
+func readDocument(docs []*Document, chunk []byte) ([]*Document, error) {
+	if len(bytes.TrimSpace(chunk)) == 0 || isOnlyComments(chunk) {
+		return docs, nil
+	}
+	// JSON is kept as written, so duplicate fields are reported with
+	// their paths; YAML with a duplicate key is refused by the strict
+	// converter, with its line.
+	js := bytes.TrimSpace(chunk)
+	if js[0] != '{' {
+		var err error
+		if js, err = yaml.YAMLToJSONStrict(chunk); err != nil {
+			return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		}
+		n, err := yamlDocuments(chunk)
+		if err != nil {
+			return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		}
+		if n > 1 {
+			return docs, fmt.Errorf("document %d: %d YAML documents where one was expected; separate documents with a \"---\" line", len(docs), n)
+		}
+	}
+	if string(bytes.TrimSpace(js)) == "null" {
+		return docs, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(js, &obj); err != nil {
+		return docs, fmt.Errorf("document %d is not an object: %w", len(docs), err)
+	}
+	if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
+		items, _ := obj["items"].([]any)
+		for _, it := range items {
+			m, ok := it.(map[string]any)
+			if !ok {
+				return docs, fmt.Errorf("document %d: a List item is not an object", len(docs))
+			}
+			docs = append(docs, decode(len(docs), m, nil))
+		}
+		return docs, nil
+	}
+	return append(docs, decode(len(docs), obj, js)), nil
 }
 
 func isOnlyComments(chunk []byte) bool {
@@ -143,18 +225,17 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 		d.Name, _ = md["name"].(string)
 	}
 
-	group, _, _ := strings.Cut(d.APIVersion, "/")
+	group, version, _ := strings.Cut(d.APIVersion, "/")
 	switch {
 	case d.APIVersion == "":
-		d.Errors = append(d.Errors, field.Required(field.NewPath("apiVersion"), "kemu.dev/v1alpha1 or kubevirt.io/v1"))
+		d.Errors = append(d.Errors, field.Required(field.NewPath("apiVersion"), strings.Join(AcceptedAPIVersions(), ", ")))
 		return d
 	case d.APIVersion == v1.APIVersion:
-	case group == KubeVirtGroup:
+	case group == KubeVirtGroup && slices.Contains(KubeVirtVersions, version):
 		d.FromKubeVirt = true
 		obj["apiVersion"] = v1.APIVersion
 	default:
-		d.Errors = append(d.Errors, field.NotSupported(field.NewPath("apiVersion"), d.APIVersion,
-			[]string{v1.APIVersion, KubeVirtGroup + "/v1"}))
+		d.Errors = append(d.Errors, field.NotSupported(field.NewPath("apiVersion"), d.APIVersion, AcceptedAPIVersions()))
 		return d
 	}
 

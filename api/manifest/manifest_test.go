@@ -289,3 +289,95 @@ func TestUnsupportedMessages(t *testing.T) {
 		}
 	}
 }
+
+// KubeVirt serves kubevirt.io/v1 and the deprecated v1alpha3 with one
+// schema; any other version is refused by name.
+func TestAPIVersions(t *testing.T) {
+	const body = "kind: VirtualMachineInstanceMigration\nmetadata: {name: m}\nspec: {vmiName: vm}\n"
+	tests := []struct {
+		apiVersion   string
+		fromKubeVirt bool
+		want         []string
+	}{
+		{"kemu.dev/v1alpha1", false, nil},
+		{"kubevirt.io/v1", true, nil},
+		{"kubevirt.io/v1alpha3", true, nil},
+		{"kubevirt.io/v9", false, []string{"Unsupported value apiVersion"}},
+		{"kubevirt.io/v1beta1", false, []string{"Unsupported value apiVersion"}},
+		{"kubevirt.io", false, []string{"Unsupported value apiVersion"}},
+		{"kemu.dev/v1", false, []string{"Unsupported value apiVersion"}},
+		{"pool.kubevirt.io/v1alpha1", false, []string{"Unsupported value apiVersion"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.apiVersion, func(t *testing.T) {
+			docs := readString(t, "apiVersion: "+tt.apiVersion+"\n"+body)
+			if len(docs) != 1 {
+				t.Fatalf("%d documents", len(docs))
+			}
+			d := docs[0]
+			if got := keys(d.Errors); !slices.Equal(got, tt.want) {
+				t.Errorf("errors %q, want %q", got, tt.want)
+			}
+			if d.FromKubeVirt != tt.fromKubeVirt {
+				t.Errorf("FromKubeVirt %v", d.FromKubeVirt)
+			}
+			if tt.want != nil {
+				msg := d.Errors[0].Error()
+				for _, v := range AcceptedAPIVersions() {
+					if !strings.Contains(msg, v) {
+						t.Errorf("%q does not list %s", msg, v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Every document of a stream is read, whatever separates it: "---", a
+// document end marker "...", or "---" with content on its line.
+func TestDocumentMarkers(t *testing.T) {
+	const m = "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata: {name: %s}\nspec: {vmiName: vm}\n"
+	doc := func(name string) string { return strings.Replace(m, "%s", name, 1) }
+	tests := []struct {
+		name  string
+		in    string
+		names []string
+	}{
+		{"three dashes", doc("a") + "---\n" + doc("b"), []string{"a", "b"}},
+		{"document end then a bare document", doc("a") + "...\n" + doc("b"), []string{"a", "b"}},
+		{"document end with a comment", doc("a") + "... # end\n" + doc("b"), []string{"a", "b"}},
+		{"document end then three dashes", doc("a") + "...\n---\n" + doc("b"), []string{"a", "b"}},
+		{"document end at the end", doc("a") + "...\n", []string{"a"}},
+		{"document end, CRLF", strings.ReplaceAll(doc("a")+"...\n"+doc("b"), "\n", "\r\n"), []string{"a", "b"}},
+		{"dots inside a block scalar are content", "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: a\n  annotations:\n    note: |\n      ...\n      more\nspec: {vmiName: vm}\n", []string{"a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var names []string
+			for _, d := range readString(t, tt.in) {
+				names = append(names, d.Name)
+				if len(d.Errors) > 0 {
+					t.Errorf("%s: %v", d.Describe(), d.Errors)
+				}
+			}
+			if !slices.Equal(names, tt.names) {
+				t.Errorf("documents %q, want %q", names, tt.names)
+			}
+		})
+	}
+	// What cannot be split is refused, never half read.
+	for _, in := range []string{doc("a") + "--- !!map\n" + doc("b"), "%YAML 1.1\n---\n" + doc("a") + "...\n%YAML 1.1\n---\n" + doc("b")} {
+		docs, err := Read(strings.NewReader(in))
+		if err == nil && len(docs) != 2 {
+			t.Errorf("%q: %d documents and no error", in, len(docs))
+		}
+	}
+}
+
+// A part holding two YAML documents fails rather than losing the second.
+func TestReadDocumentRefusesTwo(t *testing.T) {
+	_, err := readDocument(nil, []byte("apiVersion: kemu.dev/v1alpha1\n---\nkind: VirtualMachine\n"))
+	if err == nil || !strings.Contains(err.Error(), "2 YAML documents") {
+		t.Errorf("error %v", err)
+	}
+}
