@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -78,6 +79,9 @@ type Document struct {
 	raw map[string]any
 	// dropped are the paths that cannot be carried over to kemu.
 	dropped []*field.Path
+	// badPaths are the paths of the values that did not fit their fields
+	// (left out of Object).
+	badPaths []string
 }
 
 // Describe names the document for messages, e.g. "VirtualMachineInstance/testvm".
@@ -264,8 +268,10 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	}
 	strict, err := sigsjson.UnmarshalStrict(js, target)
 	if err != nil {
-		d.Errors = append(d.Errors, decodeError(err))
-		return d
+		if strict, err = d.decodeAroundBadValues(js, target); err != nil {
+			d.Errors = append(d.Errors, decodeError(err))
+			return d
+		}
 	}
 	for _, se := range strict {
 		p := strictErrorPath(se)
@@ -281,19 +287,21 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 		d.dropped = append(d.dropped, p)
 	}
 
+	var verrs field.ErrorList
 	switch o := target.(type) {
 	case *v1.VirtualMachineInstance:
 		o.APIVersion = v1.APIVersion
 		v1.SetVirtualMachineInstanceDefaults(o)
-		d.Errors = append(d.Errors, validation.ValidateVirtualMachineInstance(o)...)
+		verrs = validation.ValidateVirtualMachineInstance(o)
 	case *v1.VirtualMachine:
 		o.APIVersion = v1.APIVersion
 		v1.SetVirtualMachineDefaults(o)
-		d.Errors = append(d.Errors, validation.ValidateVirtualMachine(o)...)
+		verrs = validation.ValidateVirtualMachine(o)
 	case *v1.VirtualMachineInstanceMigration:
 		o.APIVersion = v1.APIVersion
-		d.Errors = append(d.Errors, validation.ValidateVirtualMachineInstanceMigration(o)...)
+		verrs = validation.ValidateVirtualMachineInstanceMigration(o)
 	}
+	d.Errors = append(d.Errors, d.withoutConsequences(verrs)...)
 	for _, e := range d.Errors {
 		if e.Type == field.ErrorTypeForbidden && e.Detail == validation.UnsupportedDetail {
 			d.dropped = append(d.dropped, field.NewPath(e.Field))
@@ -301,6 +309,68 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	}
 	d.Object = target
 	return d
+}
+
+// decodeAroundBadValues decodes js into target after a decoding error:
+// every value target's field cannot hold becomes an error with its path (as
+// many as there are), and the rest of the document is decoded without them,
+// so its other problems (unknown fields, validation) are reported too. It
+// returns the strict decoder's errors (unknown and duplicate fields), or the
+// decoding error when no bad value explains it.
+func (d *Document) decodeAroundBadValues(js []byte, target runtime.Object) ([]error, error) {
+	var generic any
+	if err := json.Unmarshal(js, &generic); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", d.Describe(), err)
+	}
+	bad := badValues(generic, reflect.TypeOf(target).Elem())
+	if len(bad) == 0 {
+		_, err := sigsjson.UnmarshalStrict(js, target)
+		return nil, err
+	}
+	for _, b := range bad {
+		d.Errors = append(d.Errors, b.err)
+		d.badPaths = append(d.badPaths, b.err.Field)
+		b.clear()
+	}
+	clean, err := json.Marshal(generic)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s without its bad values: %w", d.Describe(), err)
+	}
+	// A partly decoded target keeps what came before the error.
+	reflect.ValueOf(target).Elem().SetZero()
+	strict, err := sigsjson.UnmarshalStrict(clean, target)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s without its bad values: %w", d.Describe(), err)
+	}
+	// Fields written twice are seen in the document as written only.
+	dups, err := sigsjson.UnmarshalStrict(js, new(any), sigsjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", d.Describe(), err)
+	}
+	return append(dups, strict...), nil
+}
+
+// withoutConsequences leaves out the validation errors at or under a bad
+// value's path: the value was left out of the decoded object, so what
+// validation says about its absence is the bad value's consequence, which
+// is already reported.
+func (d *Document) withoutConsequences(errs field.ErrorList) field.ErrorList {
+	if len(d.badPaths) == 0 {
+		return errs
+	}
+	var out field.ErrorList
+	for _, e := range errs {
+		if !slices.ContainsFunc(d.badPaths, func(b string) bool { return atOrUnder(e.Field, b) }) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// atOrUnder says whether path p is path q or a path inside it.
+func atOrUnder(p, q string) bool {
+	rest, ok := strings.CutPrefix(p, q)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
 }
 
 // strictErrorPath returns the field path of an unknown or duplicate field.

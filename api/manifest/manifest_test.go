@@ -127,6 +127,73 @@ func TestBadManifests(t *testing.T) {
 			want: []string{"Invalid value spec.domain.cpu.cores"},
 		},
 		{
+			name: "a malformed quantity hides no other error",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm}
+spec:
+  domain:
+    resources:
+      requests:
+        memory: 1g
+    devicez: {}
+    devices:
+      disks:
+      - name: nope
+        disk: {bus: sata}
+`,
+			want: []string{
+				"Forbidden spec.domain.devicez",
+				"Invalid value spec.domain.devices.disks[0].name",
+				"Invalid value spec.domain.resources.requests.memory",
+				"Required value spec.domain.memory.guest",
+			},
+		},
+		{
+			name: "several bad values, each with its path",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: vm}
+spec:
+  running: "yes"
+  template:
+    spec:
+      domain:
+        cpu: {cores: two, sockets: -1}
+        memory: {guest: 64 Mi}
+        devices:
+          disks:
+          - name: root
+            bootOrder: first
+          interfaces: {name: default}
+      terminationGracePeriodSeconds: 1.5
+      volumes:
+      - name: root
+        containerDisk: {image: "x:1"}
+      - name: scratch
+        emptyDisk: {capacity: 10 GB}
+`,
+			want: []string{
+				"Invalid value spec.running",
+				"Invalid value spec.template.spec.domain.cpu.cores",
+				"Invalid value spec.template.spec.domain.cpu.sockets",
+				"Invalid value spec.template.spec.domain.devices.disks[0].bootOrder",
+				"Invalid value spec.template.spec.domain.devices.interfaces",
+				"Invalid value spec.template.spec.domain.memory.guest",
+				"Invalid value spec.template.spec.terminationGracePeriodSeconds",
+				"Invalid value spec.template.spec.volumes[1].emptyDisk.capacity",
+			},
+		},
+		{
+			name: "JSON: an object where a list belongs, a number where a string belongs",
+			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":"vm","labels":{"a":1}},"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{"disks":{}}},"volumes":[{"name":"a","containerDisk":{"image":7}}]}}`,
+			want: []string{
+				"Invalid value metadata.labels.a",
+				"Invalid value spec.domain.devices.disks",
+				"Invalid value spec.volumes[0].containerDisk.image",
+			},
+		},
+		{
 			name: "duplicate field",
 			in:   `{"apiVersion":"kemu.dev/v1alpha1","kind":"VirtualMachineInstance","metadata":{"name":"vm"},"spec":{"domain":{"memory":{"guest":"64Mi"},"memory":{"guest":"64Mi"},"devices":{}}}}`,
 			want: []string{"Duplicate value spec.domain.memory"},
@@ -175,6 +242,30 @@ func TestBadManifests(t *testing.T) {
 				t.Errorf("errors:\n got  %q\n want %q\nfull: %v", got, tt.want, docs[0].Errors)
 			}
 		})
+	}
+}
+
+// A bad value's error names its path and the value as written, and says
+// what the field takes.
+func TestBadValueMessages(t *testing.T) {
+	const head = "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: vm}\nspec:\n  domain:\n    devices: {}\n"
+	tests := []struct{ in, want string }{
+		{head + "    resources: {requests: {memory: 1g}}\n",
+			`spec.domain.resources.requests.memory: Invalid value: "1g": must be a quantity such as 512Mi, 1Gi or 1G (suffixes are case-sensitive): quantities must match`},
+		{head + "    memory: {guest: 1Gi}\n    cpu: {cores: two}\n", `spec.domain.cpu.cores: Invalid value: "two": must be an integer from 0 to 4294967295`},
+		{head + "    memory: {guest: 1Gi}\n    cpu: {cores: -2}\n", `spec.domain.cpu.cores: Invalid value: -2: must be an integer from 0 to 4294967295`},
+		{head + "    memory: {guest: 1Gi}\n    machine: {type: [q35]}\n", `spec.domain.machine.type: Invalid value: "<list>": must be a string`},
+		{head + "    memory: {guest: 1Gi}\n    features: {acpi: {enabled: 1}}\n", `spec.domain.features.acpi.enabled: Invalid value: 1: must be true or false`},
+	}
+	for _, tt := range tests {
+		docs := readString(t, tt.in)
+		var msgs []string
+		for _, e := range docs[0].Errors {
+			msgs = append(msgs, e.Error())
+		}
+		if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, tt.want) }) {
+			t.Errorf("errors %q lack %q", msgs, tt.want)
+		}
 	}
 }
 
