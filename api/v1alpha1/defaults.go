@@ -204,7 +204,7 @@ func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
 
 func (i *Interface) hasBinding() bool {
 	return i.Bridge != nil || i.Masquerade != nil || i.Slirp != nil || i.SRIOV != nil ||
-		i.Macvtap != nil || i.Passt != nil || i.Binding != nil
+		i.Macvtap != nil || i.Passt != nil || i.PasstBinding != nil || i.Binding != nil
 }
 
 // DefaultPullPolicy is Always for an image without a tag or tagged latest,

@@ -525,7 +525,7 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 		case iface.Bridge != nil && iface.Masquerade != nil:
 			allErrs = append(allErrs, field.Invalid(p, iface.Name, "an interface has one binding: masquerade or bridge"))
 		case iface.Bridge == nil && iface.Masquerade == nil:
-			if iface.Slirp == nil && iface.SRIOV == nil && iface.Macvtap == nil && iface.Passt == nil && iface.Binding == nil {
+			if iface.Slirp == nil && iface.SRIOV == nil && iface.Macvtap == nil && iface.Passt == nil && iface.PasstBinding == nil && iface.Binding == nil {
 				allErrs = append(allErrs, field.Required(p.Child("masquerade"), "an interface needs a binding: masquerade or bridge"))
 			}
 		case iface.Masquerade != nil && ok && network.Pod == nil:
