@@ -46,9 +46,11 @@ func AcceptedAPIVersions() []string {
 	return out
 }
 
-// UnknownFieldDetail is the message for a field that is neither kemu's nor a
-// KubeVirt field kemu knows about.
-const UnknownFieldDetail = "unknown field: not part of kemu.dev/v1alpha1"
+// UnknownFieldDetail is the message for a field that is neither kemu's nor
+// KubeVirt's (a typo). A KubeVirt field kemu does not declare is reported
+// as every KubeVirt field kemu does not support is, with
+// validation.UnsupportedDetail.
+const UnknownFieldDetail = "unknown field: not part of kemu.dev/v1alpha1 nor of KubeVirt's kubevirt.io/v1"
 
 // Kinds kemu serves.
 const (
@@ -82,6 +84,9 @@ type Document struct {
 	// badPaths are the paths of the values that did not fit their fields
 	// (left out of Object).
 	badPaths []string
+	// kubeVirtOnly are the paths of KubeVirt fields kemu's types do not
+	// have (left out of Object).
+	kubeVirtOnly []string
 }
 
 // Describe names the document for messages, e.g. "VirtualMachineInstance/testvm".
@@ -283,6 +288,11 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 			d.Errors = append(d.Errors, field.Duplicate(p, "written more than once"))
 			continue
 		}
+		if IsKubeVirtField(d.Kind, p.String()) {
+			d.Errors = append(d.Errors, field.Forbidden(p, validation.UnsupportedDetail)) // dropped below
+			d.kubeVirtOnly = append(d.kubeVirtOnly, p.String())
+			continue
+		}
 		d.Errors = append(d.Errors, field.Forbidden(p, UnknownFieldDetail))
 		d.dropped = append(d.dropped, p)
 	}
@@ -350,21 +360,32 @@ func (d *Document) decodeAroundBadValues(js []byte, target runtime.Object) ([]er
 	return append(dups, strict...), nil
 }
 
-// withoutConsequences leaves out the validation errors at or under a bad
-// value's path: the value was left out of the decoded object, so what
-// validation says about its absence is the bad value's consequence, which
-// is already reported.
+// withoutConsequences leaves out the validation errors that only repeat
+// an error already reported about a value left out of the decoded object:
+// those at or under a bad value's path (what validation says of its
+// absence), and a Required error on the object holding a KubeVirt field
+// kemu's types do not have (a volume whose only source is KubeVirt's
+// containerPath "needs a source").
 func (d *Document) withoutConsequences(errs field.ErrorList) field.ErrorList {
-	if len(d.badPaths) == 0 {
-		return errs
-	}
 	var out field.ErrorList
 	for _, e := range errs {
-		if !slices.ContainsFunc(d.badPaths, func(b string) bool { return atOrUnder(e.Field, b) }) {
+		switch {
+		case slices.ContainsFunc(d.badPaths, func(b string) bool { return atOrUnder(e.Field, b) }):
+		case e.Type == field.ErrorTypeRequired && slices.ContainsFunc(d.kubeVirtOnly, func(k string) bool { return parentPath(k) == e.Field }):
+		default:
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// parentPath is the path holding the last field of p: "a.b[0]" of
+// "a.b[0].c".
+func parentPath(p string) string {
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[:i]
+	}
+	return ""
 }
 
 // atOrUnder says whether path p is path q or a path inside it.
