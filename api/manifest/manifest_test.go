@@ -472,3 +472,43 @@ func TestReadDocumentRefusesTwo(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// KubeVirt's features.smm and a writable CD-ROM are read as KubeVirt means
+// them; SMM off cannot go with Secure Boot.
+func TestSMMAndWritableCDROM(t *testing.T) {
+	const vmi = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm}
+spec:
+  domain:
+    memory: {guest: 1Gi}
+    features:
+      smm: {enabled: SMM}
+    firmware:
+      bootloader:
+        efi: {secureBoot: SECURE}
+    devices:
+      disks:
+      - name: iso
+        cdrom: {bus: sata, readonly: false}
+  volumes:
+  - name: iso
+    containerDisk: {image: "example/iso:1"}
+`
+	tests := []struct {
+		smm, secure string
+		want        []string
+	}{
+		{"true", "true", nil},
+		{"true", "false", nil},
+		{"false", "false", nil},
+		{"false", "true", []string{"Invalid value spec.domain.features.smm.enabled"}},
+	}
+	for _, tt := range tests {
+		in := strings.NewReplacer("SMM", tt.smm, "SECURE", tt.secure).Replace(vmi)
+		docs := readString(t, in)
+		if got := keys(docs[0].Errors); !slices.Equal(got, tt.want) {
+			t.Errorf("smm %s, secureBoot %s: errors %q, want %q", tt.smm, tt.secure, got, tt.want)
+		}
+	}
+}

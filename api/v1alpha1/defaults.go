@@ -207,6 +207,15 @@ func (i *Interface) hasBinding() bool {
 		i.Macvtap != nil || i.Passt != nil || i.PasstBinding != nil || i.Binding != nil
 }
 
+// SecureBoot says whether a firmware boots EFI with Secure Boot (unset
+// secureBoot means on, KubeVirt's default).
+func SecureBoot(fw *Firmware) bool {
+	if fw == nil || fw.Bootloader == nil || fw.Bootloader.EFI == nil {
+		return false
+	}
+	return fw.Bootloader.EFI.SecureBoot == nil || *fw.Bootloader.EFI.SecureBoot
+}
+
 // DefaultPullPolicy is Always for an image without a tag or tagged latest,
 // IfNotPresent otherwise (Kubernetes' rule for containers).
 func DefaultPullPolicy(image string) corev1.PullPolicy {

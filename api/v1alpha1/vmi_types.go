@@ -287,10 +287,15 @@ type Features struct {
 	// ACPI is enabled unless set to enabled: false.
 	// +optional
 	ACPI FeatureState `json:"acpi,omitempty"`
+	// SMM (System Management Mode): given, on unless enabled: false, which
+	// turns it off (-machine smm=off) and cannot go with EFI Secure Boot
+	// (KubeVirt's rule: Secure Boot needs SMM). Not given: on for Secure
+	// Boot, else QEMU's default.
+	// +optional
+	SMM *FeatureState `json:"smm,omitempty"`
 
 	APIC       *Unsupported `json:"apic,omitempty"`
 	HyperV     *Unsupported `json:"hyperv,omitempty"`
-	SMM        *Unsupported `json:"smm,omitempty"`
 	KVM        *Unsupported `json:"kvm,omitempty"`
 	Pvspinlock *Unsupported `json:"pvspinlock,omitempty"`
 }
@@ -420,7 +425,9 @@ type CDRomTarget struct {
 	// Bus is sata (default) or scsi.
 	// +optional
 	Bus DiskBus `json:"bus,omitempty"`
-	// ReadOnly defaults to true; a CD-ROM cannot be writable.
+	// ReadOnly defaults to true. false is accepted, as KubeVirt does; the
+	// guest sees a CD-ROM, whose media QEMU's CD devices never write, either
+	// way.
 	// +optional
 	ReadOnly *bool `json:"readonly,omitempty"`
 

@@ -569,6 +569,11 @@ func (in *FeatureState) DeepCopy() *FeatureState {
 func (in *Features) DeepCopyInto(out *Features) {
 	*out = *in
 	in.ACPI.DeepCopyInto(&out.ACPI)
+	if in.SMM != nil {
+		in, out := &in.SMM, &out.SMM
+		*out = new(FeatureState)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.APIC != nil {
 		in, out := &in.APIC, &out.APIC
 		*out = new(Unsupported)
@@ -576,11 +581,6 @@ func (in *Features) DeepCopyInto(out *Features) {
 	}
 	if in.HyperV != nil {
 		in, out := &in.HyperV, &out.HyperV
-		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.SMM != nil {
-		in, out := &in.SMM, &out.SMM
 		*out = new(Unsupported)
 		(*in).DeepCopyInto(*out)
 	}

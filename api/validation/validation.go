@@ -165,6 +165,10 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 	if d.Firmware != nil {
 		allErrs = append(allErrs, validateFirmware(d.Firmware, fldPath.Child("firmware"))...)
 	}
+	if f := d.Features; f != nil && f.SMM != nil && f.SMM.Enabled != nil && !*f.SMM.Enabled && v1.SecureBoot(d.Firmware) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("features", "smm", "enabled"), false,
+			"EFI Secure Boot needs SMM (KubeVirt's rule): leave SMM on or set firmware.bootloader.efi.secureBoot: false"))
+	}
 
 	devs := fldPath.Child("devices")
 	seen := sets.New[string]()
@@ -319,9 +323,6 @@ func validateDiskTarget(disk *v1.Disk, machine string, p *field.Path) field.Erro
 	}
 	if cd := disk.CDRom; cd != nil {
 		busOK(p.Child("cdrom", "bus"), cd.Bus, true)
-		if cd.ReadOnly != nil && !*cd.ReadOnly {
-			allErrs = append(allErrs, field.Invalid(p.Child("cdrom", "readonly"), false, "a CD-ROM is read-only"))
-		}
 	}
 	return allErrs
 }
