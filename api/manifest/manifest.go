@@ -87,6 +87,9 @@ type Document struct {
 	// kubeVirtOnly are the paths of KubeVirt fields kemu's types do not
 	// have (left out of Object).
 	kubeVirtOnly []string
+	// judged are the validation errors of Object, at the paths of the
+	// defaulted object (Errors has them where they were written).
+	judged field.ErrorList
 }
 
 // Describe names the document for messages, e.g. "VirtualMachineInstance/testvm".
@@ -311,7 +314,8 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 		o.APIVersion = v1.APIVersion
 		verrs = validation.ValidateVirtualMachineInstanceMigration(o)
 	}
-	d.Errors = append(d.Errors, d.withoutConsequences(verrs)...)
+	d.judged = verrs
+	d.Errors = append(d.Errors, d.withoutConsequences(validation.AsWritten(verrs, target, obj))...)
 	for _, e := range d.Errors {
 		if e.Type == field.ErrorTypeForbidden && e.Detail == validation.UnsupportedDetail {
 			d.dropped = append(d.dropped, field.NewPath(e.Field))

@@ -146,7 +146,6 @@ spec:
 				"Forbidden spec.domain.devicez",
 				"Invalid value spec.domain.devices.disks[0].name",
 				"Invalid value spec.domain.resources.requests.memory",
-				"Required value spec.domain.memory.guest",
 			},
 		},
 		{
@@ -182,6 +181,28 @@ spec:
 				"Invalid value spec.template.spec.domain.memory.guest",
 				"Invalid value spec.template.spec.terminationGracePeriodSeconds",
 				"Invalid value spec.template.spec.volumes[1].emptyDisk.capacity",
+			},
+		},
+		{
+			name: "errors on defaulted fields are reported where they were written",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm}
+spec:
+  domain:
+    resources: {requests: {memory: 16Mi}}
+    machine: {type: pc}
+    devices:
+      disks:
+      - {name: iso, cdrom: {}}
+  volumes:
+  - {name: iso, containerDisk: {image: "x:1"}}
+  - {name: Scratch, emptyDisk: {capacity: 1Gi}}
+`,
+			want: []string{
+				"Invalid value spec.domain.devices.disks[0].cdrom",
+				"Invalid value spec.domain.resources.requests.memory",
+				"Invalid value spec.volumes[1].name",
 			},
 		},
 		{

@@ -202,12 +202,13 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 func validateResources(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	res := fldPath.Child("resources")
+	// A resource's path is written as its YAML is: requests.memory.
 	for name, req := range d.Resources.Requests {
 		if req.Sign() < 0 {
-			allErrs = append(allErrs, field.Invalid(res.Child("requests").Key(string(name)), req.String(), "must not be negative"))
+			allErrs = append(allErrs, field.Invalid(res.Child("requests", string(name)), req.String(), "must not be negative"))
 		}
 		if lim, ok := d.Resources.Limits[name]; ok && req.Cmp(lim) > 0 {
-			allErrs = append(allErrs, field.Invalid(res.Child("requests").Key(string(name)), req.String(),
+			allErrs = append(allErrs, field.Invalid(res.Child("requests", string(name)), req.String(),
 				fmt.Sprintf("must not exceed limits.%s (%s)", name, lim.String())))
 		}
 	}

@@ -92,7 +92,7 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 			mutate: func(vmi *v1.VirtualMachineInstance) {
 				vmi.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
 			},
-			want: []string{"Invalid value spec.domain.memory.guest", "Invalid value spec.domain.resources.requests[memory]"},
+			want: []string{"Invalid value spec.domain.memory.guest", "Invalid value spec.domain.resources.requests.memory"},
 		},
 		{
 			name: "interface without a network",
