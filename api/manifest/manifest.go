@@ -12,8 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -27,9 +30,27 @@ import (
 // KubeVirtGroup is the API group of the manifests kemu can take over.
 const KubeVirtGroup = "kubevirt.io"
 
-// UnknownFieldDetail is the message for a field that is neither kemu's nor a
-// KubeVirt field kemu knows about.
-const UnknownFieldDetail = "unknown field: not part of kemu.dev/v1alpha1"
+// KubeVirtVersions are the versions of KubeVirtGroup kemu reads: those
+// KubeVirt serves with kubevirt.io/v1's schema (its CRDs serve v1 and the
+// deprecated v1alpha3, one schema for both: KubeVirt's
+// staging/src/kubevirt.io/api/core/v1/register.go, ApiSupportedVersions).
+var KubeVirtVersions = []string{"v1", "v1alpha3"}
+
+// AcceptedAPIVersions are the apiVersions Read takes: kemu's, then
+// KubeVirt's KubeVirtVersions.
+func AcceptedAPIVersions() []string {
+	out := []string{v1.APIVersion}
+	for _, v := range KubeVirtVersions {
+		out = append(out, KubeVirtGroup+"/"+v)
+	}
+	return out
+}
+
+// UnknownFieldDetail is the message for a field that is neither kemu's nor
+// KubeVirt's (a typo). A KubeVirt field kemu does not declare is reported
+// as every KubeVirt field kemu does not support is, with
+// validation.UnsupportedDetail.
+const UnknownFieldDetail = "unknown field: not part of kemu.dev/v1alpha1 nor of KubeVirt's kubevirt.io/v1"
 
 // Kinds kemu serves.
 const (
@@ -60,6 +81,15 @@ type Document struct {
 	raw map[string]any
 	// dropped are the paths that cannot be carried over to kemu.
 	dropped []*field.Path
+	// badPaths are the paths of the values that did not fit their fields
+	// (left out of Object).
+	badPaths []string
+	// kubeVirtOnly are the paths of KubeVirt fields kemu's types do not
+	// have (left out of Object).
+	kubeVirtOnly []string
+	// judged are the validation errors of Object, at the paths of the
+	// defaulted object (Errors has them where they were written).
+	judged field.ErrorList
 }
 
 // Describe names the document for messages, e.g. "VirtualMachineInstance/testvm".
@@ -77,6 +107,8 @@ func (d *Document) Describe() string {
 
 // Read splits r into documents and decodes each. The error is for input that
 // is not YAML or JSON at all; problems inside a document are in its Errors.
+// Documents are separated by "---" lines; a "..." line (YAML's document end
+// marker) ends one too, and whatever follows it is read as the next document.
 func Read(r io.Reader) ([]*Document, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var docs []*Document
@@ -88,39 +120,101 @@ func Read(r io.Reader) ([]*Document, error) {
 		if err != nil {
 			return docs, fmt.Errorf("reading manifest: %w", err)
 		}
-		if len(bytes.TrimSpace(chunk)) == 0 || isOnlyComments(chunk) {
-			continue
-		}
-		// JSON is kept as written, so duplicate fields are reported with
-		// their paths; YAML with a duplicate key is refused by the strict
-		// converter, with its line.
-		js := bytes.TrimSpace(chunk)
-		if js[0] != '{' {
-			if js, err = yaml.YAMLToJSONStrict(chunk); err != nil {
-				return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		for _, part := range splitDocumentEnds(chunk) {
+			if docs, err = readDocument(docs, part); err != nil {
+				return docs, err
 			}
 		}
-		if string(bytes.TrimSpace(js)) == "null" {
-			continue
-		}
-		var obj map[string]any
-		if err := json.Unmarshal(js, &obj); err != nil {
-			return docs, fmt.Errorf("document %d is not an object: %w", len(docs), err)
-		}
-		if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
-			items, _ := obj["items"].([]any)
-			for _, it := range items {
-				m, ok := it.(map[string]any)
-				if !ok {
-					return docs, fmt.Errorf("document %d: a List item is not an object", len(docs))
-				}
-				docs = append(docs, decode(len(docs), m, nil))
-			}
-			continue
-		}
-		docs = append(docs, decode(len(docs), obj, js))
 	}
 	return docs, nil
+}
+
+// splitDocumentEnds cuts a chunk of the YAML reader (which splits at "---"
+// lines only) at its document end markers: "..." at the start of a line,
+// alone or followed by white space or a comment. YAML allows a bare
+// document after one, which a YAML parser given the whole chunk would not
+// read.
+func splitDocumentEnds(chunk []byte) [][]byte {
+	var parts [][]byte
+	start := 0
+	for i := 0; i < len(chunk); {
+		end := bytes.IndexByte(chunk[i:], '\n')
+		if end < 0 {
+			end = len(chunk)
+		} else {
+			end += i + 1
+		}
+		if rest, ok := bytes.CutPrefix(chunk[i:end], []byte("...")); ok {
+			if rest = bytes.TrimLeft(rest, " \t\r\n"); len(rest) == 0 || rest[0] == '#' {
+				parts = append(parts, chunk[start:i])
+				start = end
+			}
+		}
+		i = end
+	}
+	return append(parts, chunk[start:])
+}
+
+// yamlDocuments counts the YAML documents in a part, so one the splitting
+// missed fails instead of being dropped.
+func yamlDocuments(part []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(part))
+	n := 0
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// readDocument decodes one document (or the items of a List) and appends
+// it to docs.
+func readDocument(docs []*Document, chunk []byte) ([]*Document, error) {
+	if len(bytes.TrimSpace(chunk)) == 0 || isOnlyComments(chunk) {
+		return docs, nil
+	}
+	// JSON is kept as written, so duplicate fields are reported with
+	// their paths; YAML with a duplicate key is refused by the strict
+	// converter, with its line.
+	js := bytes.TrimSpace(chunk)
+	if js[0] != '{' {
+		var err error
+		if js, err = yaml.YAMLToJSONStrict(chunk); err != nil {
+			return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		}
+		n, err := yamlDocuments(chunk)
+		if err != nil {
+			return docs, fmt.Errorf("document %d: %w", len(docs), err)
+		}
+		if n > 1 {
+			return docs, fmt.Errorf("document %d: %d YAML documents where one was expected; separate documents with a \"---\" line", len(docs), n)
+		}
+	}
+	if string(bytes.TrimSpace(js)) == "null" {
+		return docs, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(js, &obj); err != nil {
+		return docs, fmt.Errorf("document %d is not an object: %w", len(docs), err)
+	}
+	if kind, _ := obj["kind"].(string); kind == "List" || strings.HasSuffix(kind, "List") && obj["items"] != nil {
+		items, _ := obj["items"].([]any)
+		for _, it := range items {
+			m, ok := it.(map[string]any)
+			if !ok {
+				return docs, fmt.Errorf("document %d: a List item is not an object", len(docs))
+			}
+			docs = append(docs, decode(len(docs), m, nil))
+		}
+		return docs, nil
+	}
+	return append(docs, decode(len(docs), obj, js)), nil
 }
 
 func isOnlyComments(chunk []byte) bool {
@@ -143,18 +237,17 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 		d.Name, _ = md["name"].(string)
 	}
 
-	group, _, _ := strings.Cut(d.APIVersion, "/")
+	group, version, _ := strings.Cut(d.APIVersion, "/")
 	switch {
 	case d.APIVersion == "":
-		d.Errors = append(d.Errors, field.Required(field.NewPath("apiVersion"), "kemu.dev/v1alpha1 or kubevirt.io/v1"))
+		d.Errors = append(d.Errors, field.Required(field.NewPath("apiVersion"), strings.Join(AcceptedAPIVersions(), ", ")))
 		return d
 	case d.APIVersion == v1.APIVersion:
-	case group == KubeVirtGroup:
+	case group == KubeVirtGroup && slices.Contains(KubeVirtVersions, version):
 		d.FromKubeVirt = true
 		obj["apiVersion"] = v1.APIVersion
 	default:
-		d.Errors = append(d.Errors, field.NotSupported(field.NewPath("apiVersion"), d.APIVersion,
-			[]string{v1.APIVersion, KubeVirtGroup + "/v1"}))
+		d.Errors = append(d.Errors, field.NotSupported(field.NewPath("apiVersion"), d.APIVersion, AcceptedAPIVersions()))
 		return d
 	}
 
@@ -183,8 +276,10 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	}
 	strict, err := sigsjson.UnmarshalStrict(js, target)
 	if err != nil {
-		d.Errors = append(d.Errors, decodeError(err))
-		return d
+		if strict, err = d.decodeAroundBadValues(js, target); err != nil {
+			d.Errors = append(d.Errors, decodeError(err))
+			return d
+		}
 	}
 	for _, se := range strict {
 		p := strictErrorPath(se)
@@ -196,23 +291,31 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 			d.Errors = append(d.Errors, field.Duplicate(p, "written more than once"))
 			continue
 		}
+		if IsKubeVirtField(d.Kind, p.String()) {
+			d.Errors = append(d.Errors, field.Forbidden(p, validation.UnsupportedDetail)) // dropped below
+			d.kubeVirtOnly = append(d.kubeVirtOnly, p.String())
+			continue
+		}
 		d.Errors = append(d.Errors, field.Forbidden(p, UnknownFieldDetail))
 		d.dropped = append(d.dropped, p)
 	}
 
+	var verrs field.ErrorList
 	switch o := target.(type) {
 	case *v1.VirtualMachineInstance:
 		o.APIVersion = v1.APIVersion
 		v1.SetVirtualMachineInstanceDefaults(o)
-		d.Errors = append(d.Errors, validation.ValidateVirtualMachineInstance(o)...)
+		verrs = validation.ValidateVirtualMachineInstance(o)
 	case *v1.VirtualMachine:
 		o.APIVersion = v1.APIVersion
 		v1.SetVirtualMachineDefaults(o)
-		d.Errors = append(d.Errors, validation.ValidateVirtualMachine(o)...)
+		verrs = validation.ValidateVirtualMachine(o)
 	case *v1.VirtualMachineInstanceMigration:
 		o.APIVersion = v1.APIVersion
-		d.Errors = append(d.Errors, validation.ValidateVirtualMachineInstanceMigration(o)...)
+		verrs = validation.ValidateVirtualMachineInstanceMigration(o)
 	}
+	d.judged = verrs
+	d.Errors = append(d.Errors, d.withoutConsequences(validation.AsWritten(verrs, target, obj))...)
 	for _, e := range d.Errors {
 		if e.Type == field.ErrorTypeForbidden && e.Detail == validation.UnsupportedDetail {
 			d.dropped = append(d.dropped, field.NewPath(e.Field))
@@ -220,6 +323,79 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	}
 	d.Object = target
 	return d
+}
+
+// decodeAroundBadValues decodes js into target after a decoding error:
+// every value target's field cannot hold becomes an error with its path (as
+// many as there are), and the rest of the document is decoded without them,
+// so its other problems (unknown fields, validation) are reported too. It
+// returns the strict decoder's errors (unknown and duplicate fields), or the
+// decoding error when no bad value explains it.
+func (d *Document) decodeAroundBadValues(js []byte, target runtime.Object) ([]error, error) {
+	var generic any
+	if err := json.Unmarshal(js, &generic); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", d.Describe(), err)
+	}
+	bad := badValues(generic, reflect.TypeOf(target).Elem())
+	if len(bad) == 0 {
+		_, err := sigsjson.UnmarshalStrict(js, target)
+		return nil, err
+	}
+	for _, b := range bad {
+		d.Errors = append(d.Errors, b.err)
+		d.badPaths = append(d.badPaths, b.err.Field)
+		b.clear()
+	}
+	clean, err := json.Marshal(generic)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s without its bad values: %w", d.Describe(), err)
+	}
+	// A partly decoded target keeps what came before the error.
+	reflect.ValueOf(target).Elem().SetZero()
+	strict, err := sigsjson.UnmarshalStrict(clean, target)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s without its bad values: %w", d.Describe(), err)
+	}
+	// Fields written twice are seen in the document as written only.
+	dups, err := sigsjson.UnmarshalStrict(js, new(any), sigsjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", d.Describe(), err)
+	}
+	return append(dups, strict...), nil
+}
+
+// withoutConsequences leaves out the validation errors that only repeat
+// an error already reported about a value left out of the decoded object:
+// those at or under a bad value's path (what validation says of its
+// absence), and a Required error on the object holding a KubeVirt field
+// kemu's types do not have (a volume whose only source is KubeVirt's
+// containerPath "needs a source").
+func (d *Document) withoutConsequences(errs field.ErrorList) field.ErrorList {
+	var out field.ErrorList
+	for _, e := range errs {
+		switch {
+		case slices.ContainsFunc(d.badPaths, func(b string) bool { return atOrUnder(e.Field, b) }):
+		case e.Type == field.ErrorTypeRequired && slices.ContainsFunc(d.kubeVirtOnly, func(k string) bool { return parentPath(k) == e.Field }):
+		default:
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// parentPath is the path holding the last field of p: "a.b[0]" of
+// "a.b[0].c".
+func parentPath(p string) string {
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// atOrUnder says whether path p is path q or a path inside it.
+func atOrUnder(p, q string) bool {
+	rest, ok := strings.CutPrefix(p, q)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
 }
 
 // strictErrorPath returns the field path of an unknown or duplicate field.

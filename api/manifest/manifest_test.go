@@ -127,6 +127,94 @@ func TestBadManifests(t *testing.T) {
 			want: []string{"Invalid value spec.domain.cpu.cores"},
 		},
 		{
+			name: "a malformed quantity hides no other error",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm}
+spec:
+  domain:
+    resources:
+      requests:
+        memory: 1g
+    devicez: {}
+    devices:
+      disks:
+      - name: nope
+        disk: {bus: sata}
+`,
+			want: []string{
+				"Forbidden spec.domain.devicez",
+				"Invalid value spec.domain.devices.disks[0].name",
+				"Invalid value spec.domain.resources.requests.memory",
+			},
+		},
+		{
+			name: "several bad values, each with its path",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: vm}
+spec:
+  running: "yes"
+  template:
+    spec:
+      domain:
+        cpu: {cores: two, sockets: -1}
+        memory: {guest: 64 Mi}
+        devices:
+          disks:
+          - name: root
+            bootOrder: first
+          interfaces: {name: default}
+      terminationGracePeriodSeconds: 1.5
+      volumes:
+      - name: root
+        containerDisk: {image: "x:1"}
+      - name: scratch
+        emptyDisk: {capacity: 10 GB}
+`,
+			want: []string{
+				"Invalid value spec.running",
+				"Invalid value spec.template.spec.domain.cpu.cores",
+				"Invalid value spec.template.spec.domain.cpu.sockets",
+				"Invalid value spec.template.spec.domain.devices.disks[0].bootOrder",
+				"Invalid value spec.template.spec.domain.devices.interfaces",
+				"Invalid value spec.template.spec.domain.memory.guest",
+				"Invalid value spec.template.spec.terminationGracePeriodSeconds",
+				"Invalid value spec.template.spec.volumes[1].emptyDisk.capacity",
+			},
+		},
+		{
+			name: "errors on defaulted fields are reported where they were written",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm}
+spec:
+  domain:
+    resources: {requests: {memory: 16Mi}}
+    machine: {type: pc}
+    devices:
+      disks:
+      - {name: iso, cdrom: {}}
+  volumes:
+  - {name: iso, containerDisk: {image: "x:1"}}
+  - {name: Scratch, emptyDisk: {capacity: 1Gi}}
+`,
+			want: []string{
+				"Invalid value spec.domain.devices.disks[0].cdrom",
+				"Invalid value spec.domain.resources.requests.memory",
+				"Invalid value spec.volumes[1].name",
+			},
+		},
+		{
+			name: "JSON: an object where a list belongs, a number where a string belongs",
+			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":"vm","labels":{"a":1}},"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{"disks":{}}},"volumes":[{"name":"a","containerDisk":{"image":7}}]}}`,
+			want: []string{
+				"Invalid value metadata.labels.a",
+				"Invalid value spec.domain.devices.disks",
+				"Invalid value spec.volumes[0].containerDisk.image",
+			},
+		},
+		{
 			name: "duplicate field",
 			in:   `{"apiVersion":"kemu.dev/v1alpha1","kind":"VirtualMachineInstance","metadata":{"name":"vm"},"spec":{"domain":{"memory":{"guest":"64Mi"},"memory":{"guest":"64Mi"},"devices":{}}}}`,
 			want: []string{"Duplicate value spec.domain.memory"},
@@ -175,6 +263,30 @@ func TestBadManifests(t *testing.T) {
 				t.Errorf("errors:\n got  %q\n want %q\nfull: %v", got, tt.want, docs[0].Errors)
 			}
 		})
+	}
+}
+
+// A bad value's error names its path and the value as written, and says
+// what the field takes.
+func TestBadValueMessages(t *testing.T) {
+	const head = "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: vm}\nspec:\n  domain:\n    devices: {}\n"
+	tests := []struct{ in, want string }{
+		{head + "    resources: {requests: {memory: 1g}}\n",
+			`spec.domain.resources.requests.memory: Invalid value: "1g": must be a quantity such as 512Mi, 1Gi or 1G (suffixes are case-sensitive): quantities must match`},
+		{head + "    memory: {guest: 1Gi}\n    cpu: {cores: two}\n", `spec.domain.cpu.cores: Invalid value: "two": must be an integer from 0 to 4294967295`},
+		{head + "    memory: {guest: 1Gi}\n    cpu: {cores: -2}\n", `spec.domain.cpu.cores: Invalid value: -2: must be an integer from 0 to 4294967295`},
+		{head + "    memory: {guest: 1Gi}\n    machine: {type: [q35]}\n", `spec.domain.machine.type: Invalid value: "<list>": must be a string`},
+		{head + "    memory: {guest: 1Gi}\n    features: {acpi: {enabled: 1}}\n", `spec.domain.features.acpi.enabled: Invalid value: 1: must be true or false`},
+	}
+	for _, tt := range tests {
+		docs := readString(t, tt.in)
+		var msgs []string
+		for _, e := range docs[0].Errors {
+			msgs = append(msgs, e.Error())
+		}
+		if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, tt.want) }) {
+			t.Errorf("errors %q lack %q", msgs, tt.want)
+		}
 	}
 }
 
@@ -286,6 +398,138 @@ func TestUnsupportedMessages(t *testing.T) {
 			if e.Detail != validation.UnsupportedDetail {
 				t.Errorf("detail %q", e.Detail)
 			}
+		}
+	}
+}
+
+// KubeVirt serves kubevirt.io/v1 and the deprecated v1alpha3 with one
+// schema; any other version is refused by name.
+func TestAPIVersions(t *testing.T) {
+	const body = "kind: VirtualMachineInstanceMigration\nmetadata: {name: m}\nspec: {vmiName: vm}\n"
+	tests := []struct {
+		apiVersion   string
+		fromKubeVirt bool
+		want         []string
+	}{
+		{"kemu.dev/v1alpha1", false, nil},
+		{"kubevirt.io/v1", true, nil},
+		{"kubevirt.io/v1alpha3", true, nil},
+		{"kubevirt.io/v9", false, []string{"Unsupported value apiVersion"}},
+		{"kubevirt.io/v1beta1", false, []string{"Unsupported value apiVersion"}},
+		{"kubevirt.io", false, []string{"Unsupported value apiVersion"}},
+		{"kemu.dev/v1", false, []string{"Unsupported value apiVersion"}},
+		{"pool.kubevirt.io/v1alpha1", false, []string{"Unsupported value apiVersion"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.apiVersion, func(t *testing.T) {
+			docs := readString(t, "apiVersion: "+tt.apiVersion+"\n"+body)
+			if len(docs) != 1 {
+				t.Fatalf("%d documents", len(docs))
+			}
+			d := docs[0]
+			if got := keys(d.Errors); !slices.Equal(got, tt.want) {
+				t.Errorf("errors %q, want %q", got, tt.want)
+			}
+			if d.FromKubeVirt != tt.fromKubeVirt {
+				t.Errorf("FromKubeVirt %v", d.FromKubeVirt)
+			}
+			if tt.want != nil {
+				msg := d.Errors[0].Error()
+				for _, v := range AcceptedAPIVersions() {
+					if !strings.Contains(msg, v) {
+						t.Errorf("%q does not list %s", msg, v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Every document of a stream is read, whatever separates it: "---", a
+// document end marker "...", or "---" with content on its line.
+func TestDocumentMarkers(t *testing.T) {
+	const m = "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata: {name: %s}\nspec: {vmiName: vm}\n"
+	doc := func(name string) string { return strings.Replace(m, "%s", name, 1) }
+	tests := []struct {
+		name  string
+		in    string
+		names []string
+	}{
+		{"three dashes", doc("a") + "---\n" + doc("b"), []string{"a", "b"}},
+		{"document end then a bare document", doc("a") + "...\n" + doc("b"), []string{"a", "b"}},
+		{"document end with a comment", doc("a") + "... # end\n" + doc("b"), []string{"a", "b"}},
+		{"document end then three dashes", doc("a") + "...\n---\n" + doc("b"), []string{"a", "b"}},
+		{"document end at the end", doc("a") + "...\n", []string{"a"}},
+		{"document end, CRLF", strings.ReplaceAll(doc("a")+"...\n"+doc("b"), "\n", "\r\n"), []string{"a", "b"}},
+		{"dots inside a block scalar are content", "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: a\n  annotations:\n    note: |\n      ...\n      more\nspec: {vmiName: vm}\n", []string{"a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var names []string
+			for _, d := range readString(t, tt.in) {
+				names = append(names, d.Name)
+				if len(d.Errors) > 0 {
+					t.Errorf("%s: %v", d.Describe(), d.Errors)
+				}
+			}
+			if !slices.Equal(names, tt.names) {
+				t.Errorf("documents %q, want %q", names, tt.names)
+			}
+		})
+	}
+	// What cannot be split is refused, never half read.
+	for _, in := range []string{doc("a") + "--- !!map\n" + doc("b"), "%YAML 1.1\n---\n" + doc("a") + "...\n%YAML 1.1\n---\n" + doc("b")} {
+		docs, err := Read(strings.NewReader(in))
+		if err == nil && len(docs) != 2 {
+			t.Errorf("%q: %d documents and no error", in, len(docs))
+		}
+	}
+}
+
+// A part holding two YAML documents fails rather than losing the second.
+func TestReadDocumentRefusesTwo(t *testing.T) {
+	_, err := readDocument(nil, []byte("apiVersion: kemu.dev/v1alpha1\n---\nkind: VirtualMachine\n"))
+	if err == nil || !strings.Contains(err.Error(), "2 YAML documents") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// KubeVirt's features.smm and a writable CD-ROM are read as KubeVirt means
+// them; SMM off cannot go with Secure Boot.
+func TestSMMAndWritableCDROM(t *testing.T) {
+	const vmi = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm}
+spec:
+  domain:
+    memory: {guest: 1Gi}
+    features:
+      smm: {enabled: SMM}
+    firmware:
+      bootloader:
+        efi: {secureBoot: SECURE}
+    devices:
+      disks:
+      - name: iso
+        cdrom: {bus: sata, readonly: false}
+  volumes:
+  - name: iso
+    containerDisk: {image: "example/iso:1"}
+`
+	tests := []struct {
+		smm, secure string
+		want        []string
+	}{
+		{"true", "true", nil},
+		{"true", "false", nil},
+		{"false", "false", nil},
+		{"false", "true", []string{"Invalid value spec.domain.features.smm.enabled"}},
+	}
+	for _, tt := range tests {
+		in := strings.NewReplacer("SMM", tt.smm, "SECURE", tt.secure).Replace(vmi)
+		docs := readString(t, in)
+		if got := keys(docs[0].Errors); !slices.Equal(got, tt.want) {
+			t.Errorf("smm %s, secureBoot %s: errors %q, want %q", tt.smm, tt.secure, got, tt.want)
 		}
 	}
 }

@@ -204,7 +204,16 @@ func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
 
 func (i *Interface) hasBinding() bool {
 	return i.Bridge != nil || i.Masquerade != nil || i.Slirp != nil || i.SRIOV != nil ||
-		i.Macvtap != nil || i.Passt != nil || i.Binding != nil
+		i.Macvtap != nil || i.Passt != nil || i.PasstBinding != nil || i.Binding != nil
+}
+
+// SecureBoot says whether a firmware boots EFI with Secure Boot (unset
+// secureBoot means on, KubeVirt's default).
+func SecureBoot(fw *Firmware) bool {
+	if fw == nil || fw.Bootloader == nil || fw.Bootloader.EFI == nil {
+		return false
+	}
+	return fw.Bootloader.EFI.SecureBoot == nil || *fw.Bootloader.EFI.SecureBoot
 }
 
 // DefaultPullPolicy is Always for an image without a tag or tagged latest,

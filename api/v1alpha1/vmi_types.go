@@ -151,6 +151,7 @@ type DomainSpec struct {
 	IOThreads       *Unsupported       `json:"ioThreads,omitempty"`
 	Chassis         *Unsupported       `json:"chassis,omitempty"`
 	LaunchSecurity  *Unsupported       `json:"launchSecurity,omitempty"`
+	RebootPolicy    *UnsupportedScalar `json:"rebootPolicy,omitempty"`
 }
 
 // ResourceRequirements are the launcher Pod's compute resources.
@@ -201,8 +202,9 @@ type Memory struct {
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('32Mi')) >= 0",message="must be at least 32Mi"
 	Guest *resource.Quantity `json:"guest,omitempty"`
 
-	Hugepages *Unsupported       `json:"hugepages,omitempty"`
-	MaxGuest  *UnsupportedScalar `json:"maxGuest,omitempty"`
+	Hugepages        *Unsupported       `json:"hugepages,omitempty"`
+	MaxGuest         *UnsupportedScalar `json:"maxGuest,omitempty"`
+	ReservedOverhead *Unsupported       `json:"reservedOverhead,omitempty"`
 }
 
 // Machine is the emulated machine.
@@ -285,10 +287,15 @@ type Features struct {
 	// ACPI is enabled unless set to enabled: false.
 	// +optional
 	ACPI FeatureState `json:"acpi,omitempty"`
+	// SMM (System Management Mode): given, on unless enabled: false, which
+	// turns it off (-machine smm=off) and cannot go with EFI Secure Boot
+	// (KubeVirt's rule: Secure Boot needs SMM). Not given: on for Secure
+	// Boot, else QEMU's default.
+	// +optional
+	SMM *FeatureState `json:"smm,omitempty"`
 
 	APIC       *Unsupported `json:"apic,omitempty"`
 	HyperV     *Unsupported `json:"hyperv,omitempty"`
-	SMM        *Unsupported `json:"smm,omitempty"`
 	KVM        *Unsupported `json:"kvm,omitempty"`
 	Pvspinlock *Unsupported `json:"pvspinlock,omitempty"`
 }
@@ -350,6 +357,8 @@ type Devices struct {
 	Sound                 *Unsupported     `json:"sound,omitempty"`
 	TPM                   *Unsupported     `json:"tpm,omitempty"`
 	LogSerialConsole      *UnsupportedBool `json:"logSerialConsole,omitempty"`
+	Video                 *Unsupported     `json:"video,omitempty"`
+	PanicDevices          UnsupportedList  `json:"panicDevices,omitempty"`
 }
 
 // Rng is a virtio random number generator.
@@ -416,7 +425,9 @@ type CDRomTarget struct {
 	// Bus is sata (default) or scsi.
 	// +optional
 	Bus DiskBus `json:"bus,omitempty"`
-	// ReadOnly defaults to true; a CD-ROM cannot be writable.
+	// ReadOnly defaults to true. false is accepted, as KubeVirt does; the
+	// guest sees a CD-ROM, whose media QEMU's CD devices never write, either
+	// way.
 	// +optional
 	ReadOnly *bool `json:"readonly,omitempty"`
 
@@ -424,7 +435,7 @@ type CDRomTarget struct {
 }
 
 // Interface attaches the network of the same name to the guest.
-// +kubebuilder:validation:XValidation:rule="(has(self.bridge) ? 1 : 0) + (has(self.masquerade) ? 1 : 0) + (has(self.slirp) ? 1 : 0) + (has(self.sriov) ? 1 : 0) + (has(self.macvtap) ? 1 : 0) + (has(self.passt) ? 1 : 0) + (has(self.binding) ? 1 : 0) <= 1",message="an interface has one binding: masquerade or bridge"
+// +kubebuilder:validation:XValidation:rule="(has(self.bridge) ? 1 : 0) + (has(self.masquerade) ? 1 : 0) + (has(self.slirp) ? 1 : 0) + (has(self.sriov) ? 1 : 0) + (has(self.macvtap) ? 1 : 0) + (has(self.passt) ? 1 : 0) + (has(self.passtBinding) ? 1 : 0) + (has(self.binding) ? 1 : 0) <= 1",message="an interface has one binding: masquerade or bridge"
 type Interface struct {
 	// Name is the name of the network this interface attaches.
 	// +kubebuilder:validation:MaxLength=63
@@ -446,17 +457,18 @@ type Interface struct {
 	// +optional
 	MacAddress string `json:"macAddress,omitempty"`
 
-	Slirp       *Unsupported       `json:"slirp,omitempty"`
-	SRIOV       *Unsupported       `json:"sriov,omitempty"`
-	Macvtap     *Unsupported       `json:"macvtap,omitempty"`
-	Passt       *Unsupported       `json:"passt,omitempty"`
-	Binding     *Unsupported       `json:"binding,omitempty"`
-	BootOrder   *UnsupportedScalar `json:"bootOrder,omitempty"`
-	PCIAddress  *UnsupportedScalar `json:"pciAddress,omitempty"`
-	DHCPOptions *Unsupported       `json:"dhcpOptions,omitempty"`
-	Tag         *UnsupportedScalar `json:"tag,omitempty"`
-	ACPIIndex   *UnsupportedScalar `json:"acpiIndex,omitempty"`
-	State       *UnsupportedScalar `json:"state,omitempty"`
+	Slirp        *Unsupported       `json:"slirp,omitempty"`
+	SRIOV        *Unsupported       `json:"sriov,omitempty"`
+	Macvtap      *Unsupported       `json:"macvtap,omitempty"`
+	Passt        *Unsupported       `json:"passt,omitempty"`
+	PasstBinding *Unsupported       `json:"passtBinding,omitempty"`
+	Binding      *Unsupported       `json:"binding,omitempty"`
+	BootOrder    *UnsupportedScalar `json:"bootOrder,omitempty"`
+	PCIAddress   *UnsupportedScalar `json:"pciAddress,omitempty"`
+	DHCPOptions  *Unsupported       `json:"dhcpOptions,omitempty"`
+	Tag          *UnsupportedScalar `json:"tag,omitempty"`
+	ACPIIndex    *UnsupportedScalar `json:"acpiIndex,omitempty"`
+	State        *UnsupportedScalar `json:"state,omitempty"`
 }
 
 // InterfaceBridge is the bridge binding.

@@ -165,6 +165,10 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 	if d.Firmware != nil {
 		allErrs = append(allErrs, validateFirmware(d.Firmware, fldPath.Child("firmware"))...)
 	}
+	if f := d.Features; f != nil && f.SMM != nil && f.SMM.Enabled != nil && !*f.SMM.Enabled && v1.SecureBoot(d.Firmware) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("features", "smm", "enabled"), false,
+			"EFI Secure Boot needs SMM (KubeVirt's rule): leave SMM on or set firmware.bootloader.efi.secureBoot: false"))
+	}
 
 	devs := fldPath.Child("devices")
 	seen := sets.New[string]()
@@ -198,12 +202,13 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 func validateResources(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	res := fldPath.Child("resources")
+	// A resource's path is written as its YAML is: requests.memory.
 	for name, req := range d.Resources.Requests {
 		if req.Sign() < 0 {
-			allErrs = append(allErrs, field.Invalid(res.Child("requests").Key(string(name)), req.String(), "must not be negative"))
+			allErrs = append(allErrs, field.Invalid(res.Child("requests", string(name)), req.String(), "must not be negative"))
 		}
 		if lim, ok := d.Resources.Limits[name]; ok && req.Cmp(lim) > 0 {
-			allErrs = append(allErrs, field.Invalid(res.Child("requests").Key(string(name)), req.String(),
+			allErrs = append(allErrs, field.Invalid(res.Child("requests", string(name)), req.String(),
 				fmt.Sprintf("must not exceed limits.%s (%s)", name, lim.String())))
 		}
 	}
@@ -319,9 +324,6 @@ func validateDiskTarget(disk *v1.Disk, machine string, p *field.Path) field.Erro
 	}
 	if cd := disk.CDRom; cd != nil {
 		busOK(p.Child("cdrom", "bus"), cd.Bus, true)
-		if cd.ReadOnly != nil && !*cd.ReadOnly {
-			allErrs = append(allErrs, field.Invalid(p.Child("cdrom", "readonly"), false, "a CD-ROM is read-only"))
-		}
 	}
 	return allErrs
 }
@@ -539,7 +541,7 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 		case iface.Bridge != nil && iface.Masquerade != nil:
 			allErrs = append(allErrs, field.Invalid(p, iface.Name, "an interface has one binding: masquerade or bridge"))
 		case iface.Bridge == nil && iface.Masquerade == nil:
-			if iface.Slirp == nil && iface.SRIOV == nil && iface.Macvtap == nil && iface.Passt == nil && iface.Binding == nil {
+			if iface.Slirp == nil && iface.SRIOV == nil && iface.Macvtap == nil && iface.Passt == nil && iface.PasstBinding == nil && iface.Binding == nil {
 				allErrs = append(allErrs, field.Required(p.Child("masquerade"), "an interface needs a binding: masquerade or bridge"))
 			}
 		case iface.Masquerade != nil && ok && network.Pod == nil:

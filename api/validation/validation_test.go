@@ -92,7 +92,7 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 			mutate: func(vmi *v1.VirtualMachineInstance) {
 				vmi.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
 			},
-			want: []string{"Invalid value spec.domain.memory.guest", "Invalid value spec.domain.resources.requests[memory]"},
+			want: []string{"Invalid value spec.domain.memory.guest", "Invalid value spec.domain.resources.requests.memory"},
 		},
 		{
 			name: "interface without a network",
@@ -125,11 +125,46 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 			want: []string{"Unsupported value spec.domain.devices.disks[0].cdrom.bus"},
 		},
 		{
+			// KubeVirt accepts it; QEMU's CD devices are read-only media.
 			name: "writable cdrom",
 			mutate: func(vmi *v1.VirtualMachineInstance) {
 				vmi.Spec.Domain.Devices.Disks[0] = v1.Disk{Name: "root", CDRom: &v1.CDRomTarget{ReadOnly: ptr(false)}}
 			},
-			want: []string{"Invalid value spec.domain.devices.disks[0].cdrom.readonly"},
+		},
+		{
+			name: "smm on",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Domain.Features = &v1.Features{SMM: &v1.FeatureState{Enabled: ptr(true)}}
+			},
+		},
+		{
+			name: "smm off with BIOS",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Domain.Features = &v1.Features{SMM: &v1.FeatureState{Enabled: ptr(false)}}
+			},
+		},
+		{
+			name: "smm off with EFI without Secure Boot",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Domain.Features = &v1.Features{SMM: &v1.FeatureState{Enabled: ptr(false)}}
+				vmi.Spec.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr(false)}}}
+			},
+		},
+		{
+			name: "smm off with Secure Boot",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Domain.Features = &v1.Features{SMM: &v1.FeatureState{Enabled: ptr(false)}}
+				vmi.Spec.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr(true)}}}
+			},
+			want: []string{"Invalid value spec.domain.features.smm.enabled"},
+		},
+		{
+			name: "smm off with Secure Boot by default (secureBoot unset)",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Domain.Features = &v1.Features{SMM: &v1.FeatureState{Enabled: ptr(false)}}
+				vmi.Spec.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{}}}
+			},
+			want: []string{"Invalid value spec.domain.features.smm.enabled"},
 		},
 		{
 			name: "unknown bus",

@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // mutateVMI stores a new VMI's defaults: a JSON patch of spec from what the
@@ -35,7 +36,17 @@ func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 	if err := json.Unmarshal(req.Object.Raw, &raw); err != nil {
 		return allow()
 	}
+	var written map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &written); err != nil {
+		return allow()
+	}
 	defaultVMI(req, &vmi)
+	// Refused here, where what the user wrote is known, errors name the
+	// fields as written (validation.AsWritten); the validating webhook sees
+	// the defaults stored and judges the same VMI.
+	if errs := validation.ValidateVirtualMachineInstance(&vmi); len(errs) > 0 {
+		return invalid(vmiKind, vmi.Name, validation.AsWritten(errs, &vmi, written))
+	}
 	ops, err := specPatch(raw.Spec, &vmi.Spec)
 	if err != nil {
 		return deny(fmt.Errorf("defaulting: %w", err))

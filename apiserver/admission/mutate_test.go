@@ -25,7 +25,6 @@ func TestMutateVMI(t *testing.T) {
 	}{
 		{name: "minimal", obj: goodVMI},
 		{name: "a finalizer of the user's", obj: strings.Replace(goodVMI, "  namespace: ns\n", "  namespace: ns\n  finalizers: [example.com/keep]\n", 1)},
-		{name: "no spec", obj: "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstance\nmetadata: {name: vm}\n"},
 		{name: "no name in object", obj: strings.Replace(goodVMI, "  name: vm\n  namespace: ns\n", "  generateName: v-\n", 1), reqName: "v-abcde"},
 		{name: "cdrom, interface, ports", obj: `apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachineInstance
@@ -115,6 +114,46 @@ func TestMutateVMIPassesThrough(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if resp := post(t, PathMutateVMI, tt.req); !resp.Allowed || resp.Patch != nil {
 				t.Errorf("response %+v", resp)
+			}
+		})
+	}
+}
+
+// The mutator refuses an invalid VMI itself, where what the user wrote is
+// known: errors name the fields as written, not those defaulting filled in.
+func TestMutateVMIRefusesAsWritten(t *testing.T) {
+	tests := []struct {
+		name, obj string
+		want      []string
+	}{
+		{name: "no spec", obj: "apiVersion: kemu.dev/v1alpha1\nkind: VirtualMachineInstance\nmetadata: {name: vm}\n",
+			want: []string{"spec.domain.memory.guest: FieldValueRequired"}},
+		{name: "guest memory from requests.memory", obj: strings.Replace(goodVMI, "    memory:\n      guest: 128Mi\n", "    resources: {requests: {memory: 16Mi}}\n", 1),
+			want: []string{"spec.domain.resources.requests.memory: FieldValueInvalid"}},
+		{name: "a defaulted CD-ROM bus on a pc machine", obj: `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: vm, namespace: ns}
+spec:
+  domain:
+    memory: {guest: 128Mi}
+    machine: {type: pc}
+    devices:
+      disks:
+      - {name: iso, cdrom: {}}
+  volumes:
+  - {name: iso, containerDisk: {image: example/iso:1}}
+`, want: []string{"spec.domain.devices.disks[0].cdrom: FieldValueInvalid"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(goodVMI, "    memory:\n      guest: 128Mi\n") {
+				t.Fatal("goodVMI changed: the test's replacement does not apply")
+			}
+			resp := post(t, PathMutateVMI, request(t, vmiKind, admissionv1.Create, "alice", tt.obj, ""))
+			got := causes(resp)
+			slices.Sort(got)
+			if resp.Allowed || resp.Patch != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("allowed %v, causes %q, want %q (%+v)", resp.Allowed, got, tt.want, resp.Result)
 			}
 		})
 	}

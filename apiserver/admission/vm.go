@@ -1,6 +1,9 @@
 package admission
 
 import (
+	"encoding/json"
+	"fmt"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
@@ -39,6 +42,10 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 	if vm.Namespace == "" {
 		vm.Namespace = req.Namespace
 	}
+	var written map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &written); err != nil {
+		return deny(fmt.Errorf("decoding the request's object: %w", err))
+	}
 	v1.SetVirtualMachineDefaults(&vm)
-	return invalid(vmKind, vm.Name, validation.ValidateVirtualMachine(&vm))
+	return invalid(vmKind, vm.Name, validation.AsWritten(validation.ValidateVirtualMachine(&vm), &vm, written))
 }

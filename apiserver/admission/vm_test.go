@@ -42,6 +42,9 @@ func TestValidateVM(t *testing.T) {
 		}},
 		{name: "no template", op: admissionv1.Create, obj: "metadata: {name: vm}\nspec: {runStrategy: Always}\n",
 			want: []string{"spec.template: FieldValueRequired"}},
+		{name: "guest memory as written: resources.requests.memory", op: admissionv1.Create,
+			obj:  strings.Replace(goodVM, "memory: {guest: 128Mi}", "resources: {requests: {memory: 16Mi}}", 1),
+			want: []string{"spec.template.spec.domain.resources.requests.memory: FieldValueInvalid"}},
 		{name: "bad run strategy", op: admissionv1.Create, obj: strings.Replace(goodVM, "running: true", "runStrategy: Sometimes", 1),
 			want: []string{"spec.runStrategy: FieldValueNotSupported"}},
 		{name: "update to a bad template", op: admissionv1.Update, obj: badTemplate, old: goodVM, want: []string{

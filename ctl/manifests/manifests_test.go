@@ -109,3 +109,41 @@ status:
 		t.Errorf("json output: exit %d\n%s", code, out)
 	}
 }
+
+// A document after YAML's document end marker ("...") is validated too: its
+// error fails the run.
+func TestValidateAfterDocumentEnd(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "two.yaml")
+	if err := os.WriteFile(src, []byte(`apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstanceMigration
+metadata: {name: first}
+spec: {vmiName: vm}
+...
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstanceMigration
+metadata: {name: second}
+spec: {}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := run(t, "", "validate", src)
+	if code != 1 {
+		t.Errorf("exit %d, want 1\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"#0 VirtualMachineInstanceMigration/first: valid", "#1 VirtualMachineInstanceMigration/second: spec.vmiName: Required value"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// Only the versions KubeVirt serves with v1's schema are read.
+func TestValidateAPIVersion(t *testing.T) {
+	in := "apiVersion: kubevirt.io/v1alpha3\nkind: VirtualMachineInstanceMigration\nmetadata: {name: m}\nspec: {vmiName: vm}\n" +
+		"---\napiVersion: kubevirt.io/v2\nkind: VirtualMachineInstanceMigration\nmetadata: {name: n}\nspec: {vmiName: vm}\n"
+	stdout, _, code := run(t, in, "validate", "-")
+	if code != 1 || !strings.Contains(stdout, "-#0 VirtualMachineInstanceMigration/m: valid") ||
+		!strings.Contains(stdout, `apiVersion: Unsupported value: "kubevirt.io/v2": supported values: "kemu.dev/v1alpha1", "kubevirt.io/v1", "kubevirt.io/v1alpha3"`) {
+		t.Errorf("exit %d:\n%s", code, stdout)
+	}
+}

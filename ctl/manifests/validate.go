@@ -14,7 +14,7 @@ func NewValidateCommand() *cobra.Command {
 		Use:   "validate FILE...",
 		Short: "Check kemu or KubeVirt manifests (YAML or JSON) and print every error with its field path",
 		Long: `validate reads each FILE ("-" for standard input), which may hold several
-YAML documents, JSON, or a List, of kemu.dev/v1alpha1 or kubevirt.io/v1
+YAML documents, JSON, or a List, of kemu.dev/v1alpha1 or kubevirt.io/v1 (or v1alpha3)
 VirtualMachineInstance, VirtualMachine and VirtualMachineInstanceMigration
 objects. It applies kemu's defaults and prints every problem with its field
 path. The exit status is 1 if any document has an error.`,

@@ -37,8 +37,8 @@ func (b *builder) identity() {
 
 var q35Type = regexp.MustCompile(`^(q35|pc-q35-[0-9]+\.[0-9]+)$`)
 
-// machine: type, accelerator, ACPI, EFI firmware (pflash nodes, SMM and
-// secure flash for Secure Boot).
+// machine: type, accelerator, ACPI, SMM (features.smm; always on for
+// Secure Boot), EFI firmware (pflash nodes, secure flash for Secure Boot).
 func (b *builder) machine() {
 	d := &b.vmi.Spec.Domain
 	accel := b.in.Facts.Accel
@@ -51,6 +51,10 @@ func (b *builder) machine() {
 	}
 	if f := d.Features; f != nil && f.ACPI.Enabled != nil && !*f.ACPI.Enabled {
 		m.ACPIOff = true
+	}
+	if f := d.Features; f != nil && f.SMM != nil {
+		m.SMM = f.SMM.Enabled == nil || *f.SMM.Enabled
+		m.SMMOff = !m.SMM
 	}
 	var firmware []Device
 	var global *Global
@@ -82,6 +86,9 @@ func (b *builder) machine() {
 		}
 		m.PFlash0, m.PFlash1 = NodePflashCode, NodePflashVars
 		if secure {
+			if m.SMMOff {
+				b.fail("spec.domain.features.smm.enabled", "false: EFI Secure Boot needs SMM")
+			}
 			m.SMM = true
 			global = &Global{Driver: "cfi.pflash01", Property: "secure", Value: "on"}
 		}

@@ -128,6 +128,10 @@ var cases = []testCase{
 	{name: "devices-off", vmi: "devices-off"},
 	{name: "acpi-off", vmi: "acpi-off", boot: true},
 	{name: "acpi-off-pc", vmi: "acpi-off-pc", boot: true},
+	{name: "smm-off-cdrom-rw", vmi: "smm-off-cdrom-rw", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["cd"] = Drive{Path: e.media(t, "cd"), Format: FormatRaw}
+	}},
+	{name: "smm-on-pc", vmi: "smm-on-pc", boot: true},
 	{name: "tap-mq-vhost", vmi: "tap-mq", vhost: true, boot: true, setup: func(t testing.TB, e env, in *Input) {
 		nic := NIC{Name: "default", TapFDs: e.taps(t, 2), MTU: 1450}
 		if in.Facts.VhostNet {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
 const baseYAML = `
@@ -136,6 +138,12 @@ func TestBuildErrors(t *testing.T) {
 				in.Facts.OVMF = OVMF{}
 				in.Paths.EFIVars = "/run/kemu/vars.fd"
 			}, want: "spec.domain.firmware.bootloader.efi:", rest: "OVMF"},
+		{name: "smm off with secure boot", yaml: strings.Replace(baseYAML, "    devices:", "    firmware:\n      bootloader:\n        efi: {}\n    devices:", 1),
+			mod: func(in *Input) {
+				off := false
+				in.VMI.Spec.Domain.Features.SMM = &v1.FeatureState{Enabled: &off}
+				in.Paths.EFIVars = "/run/kemu/vars.fd"
+			}, want: "spec.domain.features.smm.enabled", rest: "Secure Boot needs SMM"},
 		{name: "efi without vars copy", yaml: strings.Replace(baseYAML, "    devices:", "    firmware:\n      bootloader:\n        efi: {}\n    devices:", 1),
 			want: "Paths.EFIVars"},
 		{name: "newline in kernelArgs", yaml: kernelYAML, mod: func(in *Input) {

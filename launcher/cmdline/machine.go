@@ -14,6 +14,7 @@ type Machine struct {
 	Accel   string // kvm or tcg
 	ACPIOff bool   // acpi=off
 	SMM     bool   // smm=on (needed by Secure Boot firmware)
+	SMMOff  bool   // smm=off (neither: QEMU's default)
 	// PFlash0 and PFlash1 are the block node names of the firmware code
 	// and variable store (EFI); "" = none (SeaBIOS).
 	PFlash0, PFlash1 string
@@ -31,7 +32,13 @@ func (m Machine) Args() ([]string, error) {
 	if m.ACPIOff {
 		o.add("acpi", "off")
 	}
+	if m.SMM && m.SMMOff {
+		return nil, fmt.Errorf("-machine: smm both on and off")
+	}
 	o.on("smm", m.SMM)
+	if m.SMMOff {
+		o.add("smm", "off")
+	}
 	if (m.PFlash0 == "") != (m.PFlash1 == "") {
 		return nil, fmt.Errorf("-machine: pflash0 and pflash1 go together")
 	}

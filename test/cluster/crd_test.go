@@ -153,6 +153,12 @@ func TestCRDs(t *testing.T) {
 		{"datavolume", "dataVolume",
 			"  volumes:\n",
 			"  volumes:\n  - name: dv\n    dataVolume:\n      name: my-dv\n"},
+		{"video", "video",
+			"    devices:\n",
+			"    devices:\n      video:\n        type: virtio\n"},
+		{"rebootpolicy", "rebootPolicy",
+			"    devices:\n",
+			"    rebootPolicy: Terminate\n    devices:\n"},
 	}
 	for _, r := range rejects {
 		t.Run("unsupported "+r.want+" is rejected", func(t *testing.T) {

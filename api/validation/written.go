@@ -1,0 +1,219 @@
+package validation
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
+
+// AsWritten moves the errors of a defaulted object's validation to the
+// fields its author wrote. obj is the defaulted *VirtualMachineInstance or
+// *VirtualMachine that was validated, written the same object as sent (its
+// generic JSON, before defaulting). An error on a field that defaulting
+// filled in is reported where the value came from:
+//   - memory.guest taken from resources.limits.memory or
+//     resources.requests.memory: at that field (a guest of 16Mi written as
+//     requests.memory is too small at spec.domain.resources.requests.memory);
+//   - resources.requests.memory taken from memory.guest: at memory.guest;
+//   - a disk added for a volume without one: at that volume
+//     (spec.volumes[2]), saying so;
+//
+// and any other error on a path the author did not write (a defaulted
+// interface, bus or network) at the nearest enclosing field they did
+// write, the detail naming the defaulted field. Errors on written paths,
+// Required errors (about what is missing) but for memory.guest's, and
+// errors of other objects (not defaulted) are left as they are.
+func AsWritten(errs field.ErrorList, obj any, written map[string]any) field.ErrorList {
+	var spec *v1.VirtualMachineInstanceSpec
+	var specPath string
+	switch o := obj.(type) {
+	case *v1.VirtualMachineInstance:
+		spec, specPath = &o.Spec, "spec"
+	case *v1.VirtualMachine:
+		if o.Spec.Template != nil {
+			spec, specPath = &o.Spec.Template.Spec, "spec.template.spec"
+		}
+	default:
+		return errs
+	}
+	type key struct {
+		typ           field.ErrorType
+		field, detail string
+		value         string
+	}
+	seen := map[key]bool{}
+	for _, e := range errs {
+		seen[key{e.Type, e.Field, e.Detail, fmt.Sprint(e.BadValue)}] = true
+	}
+	out := make(field.ErrorList, 0, len(errs))
+	for _, e := range errs {
+		w := asWritten(e, spec, specPath, written)
+		// A defaulted disk's error its volume already has (an invalid
+		// name is both's) is said once.
+		if w != e && seen[key{e.Type, w.Field, e.Detail, fmt.Sprint(e.BadValue)}] {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func asWritten(e *field.Error, spec *v1.VirtualMachineInstanceSpec, specPath string, written map[string]any) *field.Error {
+	steps := splitPath(e.Field)
+	if e.Field == "" || e.Field == "<nil>" || present(written, steps) {
+		return e
+	}
+	moved := func(to, note string) *field.Error {
+		c := *e
+		c.Field = to
+		if note != "" {
+			c.Detail = strings.TrimSpace(c.Detail + " (" + note + ")")
+		}
+		return &c
+	}
+	if spec != nil && (e.Type != field.ErrorTypeRequired || underPath(e.Field, specPath+".domain.memory.guest")) {
+		if rel, ok := strings.CutPrefix(e.Field, specPath+"."); ok {
+			memory := specPath + ".domain.resources.limits.memory"
+			requests := specPath + ".domain.resources.requests.memory"
+			guest := specPath + ".domain.memory.guest"
+			switch {
+			case underPath(rel, "domain.memory.guest"):
+				for _, from := range []string{memory, requests} {
+					if present(written, splitPath(from)) {
+						return moved(from, "")
+					}
+				}
+			case underPath(rel, "domain.resources.requests.memory") || underPath(rel, "domain.resources.requests[memory]"):
+				if present(written, splitPath(guest)) {
+					return moved(guest, "")
+				}
+			case underPath(rel, "domain.devices.disks") && !present(written, splitPath(specPath+"."+diskOf(rel))):
+				if to, ok := diskVolume(rel, spec); ok {
+					return moved(specPath+"."+to, "on "+e.Field+", the disk kemu adds for this volume")
+				}
+			}
+		}
+	}
+	if e.Type == field.ErrorTypeRequired {
+		return e
+	}
+	// The nearest enclosing field that was written.
+	for n := len(steps) - 1; n >= 0; n-- {
+		if present(written, steps[:n]) {
+			return moved(joinPath(steps[:n]), "at "+e.Field+", which kemu's defaults set")
+		}
+	}
+	return e
+}
+
+// diskVolume is the path of the volume a defaulted disk was added for,
+// "volumes[j]" (or "volumes[j].name" for an error on the disk's name), from
+// rel, a path under "domain.devices.disks".
+func diskVolume(rel string, spec *v1.VirtualMachineInstanceSpec) (string, bool) {
+	steps := splitPath(rel)
+	if len(steps) < 4 || !steps[3].isIndex || steps[3].index >= len(spec.Domain.Devices.Disks) {
+		return "", false
+	}
+	name := spec.Domain.Devices.Disks[steps[3].index].Name
+	for j, v := range spec.Volumes {
+		if v.Name == name {
+			to := fmt.Sprintf("volumes[%d]", j)
+			if len(steps) == 5 && steps[4].name == "name" {
+				to += ".name"
+			}
+			return to, true
+		}
+	}
+	return "", false
+}
+
+// diskOf is the disk's own path, "domain.devices.disks[i]", of rel, a path
+// under it.
+func diskOf(rel string) string {
+	steps := splitPath(rel)
+	if len(steps) < 4 {
+		return rel
+	}
+	return joinPath(steps[:4])
+}
+
+// pathStep is one step of a field path: a field name or map key, or a list
+// index.
+type pathStep struct {
+	name    string
+	index   int
+	isIndex bool
+}
+
+// splitPath splits a field.Path's string ("a.b[0].c[key]") into its steps;
+// a map key in brackets is a name step, as in the JSON it names.
+func splitPath(s string) []pathStep {
+	var steps []pathStep
+	for _, part := range strings.Split(s, ".") {
+		name, rest, _ := strings.Cut(part, "[")
+		if name != "" {
+			steps = append(steps, pathStep{name: name})
+		}
+		for rest != "" {
+			idx, after, _ := strings.Cut(rest, "]")
+			if i, err := strconv.Atoi(idx); err == nil {
+				steps = append(steps, pathStep{index: i, isIndex: true})
+			} else {
+				steps = append(steps, pathStep{name: idx})
+			}
+			rest = strings.TrimPrefix(after, "[")
+		}
+	}
+	return steps
+}
+
+func joinPath(steps []pathStep) string {
+	var b strings.Builder
+	for i, s := range steps {
+		switch {
+		case s.isIndex:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		case i > 0:
+			b.WriteString("." + s.name)
+		default:
+			b.WriteString(s.name)
+		}
+	}
+	return b.String()
+}
+
+// present says whether the generic JSON object obj has a value at steps.
+func present(obj map[string]any, steps []pathStep) bool {
+	var cur any = obj
+	for _, s := range steps {
+		switch c := cur.(type) {
+		case map[string]any:
+			if s.isIndex {
+				return false
+			}
+			v, ok := c[s.name]
+			if !ok {
+				return false
+			}
+			cur = v
+		case []any:
+			if !s.isIndex || s.index < 0 || s.index >= len(c) {
+				return false
+			}
+			cur = c[s.index]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// underPath says whether path p is q or inside it.
+func underPath(p, q string) bool {
+	rest, ok := strings.CutPrefix(p, q)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
+}
