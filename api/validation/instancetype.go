@@ -141,10 +141,10 @@ var topologies = []string{
 	string(itv1beta1.DeprecatedPreferSpread), string(itv1beta1.DeprecatedPreferAny),
 }
 
-// validateMatchers checks a VM's spec.instancetype and spec.preference as
+// ValidateMatchers checks a VM's spec.instancetype and spec.preference as
 // KubeVirt's VM admission does: a name or a volume to infer it from (not
 // both, nor a kind with inference), a known kind, a volume of the template.
-func validateMatchers(vm *v1.VirtualMachine, spec *field.Path) field.ErrorList {
+func ValidateMatchers(vm *v1.VirtualMachine, spec *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	check := func(p *field.Path, name, kind, revision, infer string, policy *v1.InferFromVolumeFailurePolicy, kindOK bool) {
 		switch {

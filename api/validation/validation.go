@@ -80,7 +80,7 @@ func ValidateVirtualMachine(vm *v1.VirtualMachine) field.ErrorList {
 			string(v1.RunStrategyAlways), string(v1.RunStrategyHalted), string(v1.RunStrategyManual),
 			string(v1.RunStrategyRerunOnFailure), string(v1.RunStrategyOnce))...)
 	}
-	allErrs = append(allErrs, validateMatchers(vm, spec)...)
+	allErrs = append(allErrs, ValidateMatchers(vm, spec)...)
 	if vm.Spec.Template == nil {
 		allErrs = append(allErrs, field.Required(spec.Child("template"), "a VM needs a VMI template"))
 	} else {

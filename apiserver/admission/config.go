@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 )
 
 // Defaults of Config: where deploy/ installs kemu and the service accounts
@@ -28,6 +30,11 @@ type Config struct {
 	// policy, applied at admission too. Nil leaves that check to the
 	// controller.
 	HostDiskDirs func() []string
+	// Instancetypes, when set, reads the instance types, preferences,
+	// revisions and claims a VM refers to, so a VM conflicting with its
+	// instance type is refused at create. Nil leaves that to the VM
+	// controller.
+	Instancetypes *instancetypes.Lookup
 }
 
 func (c Config) withDefaults() Config {
@@ -59,7 +66,7 @@ func Handlers(cfg Config) map[string]http.Handler {
 	return map[string]http.Handler{
 		PathMutateVMI:    &webhook{name: "mutate-vmi", admit: mutateVMI},
 		PathValidateVMI:  &webhook{name: "validate-vmi", admit: cfg.validateVMI},
-		PathValidateVM:   &webhook{name: "validate-vm", admit: validateVM},
+		PathValidateVM:   &webhook{name: "validate-vm", admit: cfg.validateVM},
 		PathValidateVMIM: &webhook{name: "validate-vmim", admit: validateVMIM},
 	}
 }
