@@ -31,6 +31,9 @@ for g in "${groups[@]}"; do inputs+=(--input "$g"); done
 	--output-dir "$out/informers" --output-pkg "$module/$out/informers" "${groups[@]}"
 gofmt -w api
 
+# The optional overlay of common instance types and preferences.
+go run ./hack/instancetypes deploy/instancetypes
+
 # The launcher's command server API (protobuf + gRPC).
 PATH="$bin:$PATH" protoc --proto_path=launcher/rpc \
 	--go_out=launcher/rpc --go_opt=paths=source_relative \
