@@ -174,7 +174,9 @@ func TestClusterInstancetype(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: it}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kemu.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Delete(ctx, name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kemu.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
 	createVM(t, instancetypeVM(ns, "vm", &v1.InstancetypeMatcher{Name: name}, nil))
 	vmi := waitVMI(t, ns, "vm")
 	if c := vmi.Spec.Domain.CPU; c.Sockets != 3 || c.Cores != 1 || vmi.Spec.Domain.Memory.Guest.String() != "512Mi" ||
