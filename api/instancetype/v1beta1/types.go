@@ -313,8 +313,9 @@ type DevicePreferences struct {
 
 // FeaturePreferences are a preference's hypervisor features.
 type FeaturePreferences struct {
-	// PreferredAcpi is the VMI's features.acpi (KubeVirt applies it even
-	// over the VM's own).
+	// PreferredAcpi is the VMI's features.acpi when the VM leaves
+	// acpi.enabled unset (KubeVirt overwrites the VM's own, for want of a
+	// way to tell unset; kemu can).
 	// +optional
 	PreferredAcpi *v1.FeatureState `json:"preferredAcpi,omitempty"`
 
