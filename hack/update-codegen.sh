@@ -13,18 +13,26 @@ header=$root/hack/boilerplate.go.txt
 rm -rf deploy/crd
 "$bin/controller-gen" crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=deploy/crd
 
+# One clientset, listers and informers for every group: kemu.dev/v1alpha1 and
+# instancetype.kemu.dev/v1beta1.
 out=api/client
+groups=("$module/api/v1alpha1" "$module/api/instancetype/v1beta1")
 rm -rf "$out/clientset" "$out/listers" "$out/informers"
+inputs=()
+for g in "${groups[@]}"; do inputs+=(--input "$g"); done
 "$bin/client-gen" --go-header-file "$header" --clientset-name versioned \
-	--input-base "" --input "$module/api/v1alpha1" \
+	--input-base "" "${inputs[@]}" \
 	--output-dir "$out/clientset" --output-pkg "$module/$out/clientset"
 "$bin/lister-gen" --go-header-file "$header" \
-	--output-dir "$out/listers" --output-pkg "$module/$out/listers" "$module/api/v1alpha1"
+	--output-dir "$out/listers" --output-pkg "$module/$out/listers" "${groups[@]}"
 "$bin/informer-gen" --go-header-file "$header" \
 	--versioned-clientset-package "$module/$out/clientset/versioned" \
 	--listers-package "$module/$out/listers" \
-	--output-dir "$out/informers" --output-pkg "$module/$out/informers" "$module/api/v1alpha1"
+	--output-dir "$out/informers" --output-pkg "$module/$out/informers" "${groups[@]}"
 gofmt -w api
+
+# The optional overlay of common instance types and preferences.
+go run ./hack/instancetypes deploy/instancetypes
 
 # The launcher's command server API (protobuf + gRPC).
 PATH="$bin:$PATH" protoc --proto_path=launcher/rpc \

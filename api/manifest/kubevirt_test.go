@@ -115,7 +115,6 @@ func TestKubeVirtFieldsKemuDoesNotDeclare(t *testing.T) {
 	unknown := "Forbidden: " + UnknownFieldDetail
 	want := map[string]string{
 		"spec.dataVolumeTemplates":                                     unsupported,
-		"spec.instancetype":                                            unsupported,
 		"spec.template.spec.domain.rebootPolicy":                       unsupported,
 		"spec.template.spec.domain.memory.reservedOverhead":            unsupported,
 		"spec.template.spec.domain.devices.video":                      unsupported,

@@ -1,5 +1,6 @@
 // Package manifest reads kemu and KubeVirt manifests (YAML or JSON, one or
-// more documents, or a List) into defaulted kemu.dev/v1alpha1 objects, with
+// more documents, or a List) into defaulted kemu.dev/v1alpha1 objects and
+// instancetype.kemu.dev/v1beta1 instance types and preferences, with
 // every problem reported as a field error: unknown fields, KubeVirt fields kemu
 // does not support, and validation errors. It also converts KubeVirt manifests
 // to kemu ones, saying what could not be carried over.
@@ -23,6 +24,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	itv1beta1 "github.com/kemu-dev/kemu/api/instancetype/v1beta1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
 )
@@ -43,7 +45,7 @@ func AcceptedAPIVersions() []string {
 	for _, v := range KubeVirtVersions {
 		out = append(out, KubeVirtGroup+"/"+v)
 	}
-	return out
+	return append(out, itv1beta1.APIVersion, itv1beta1.KubeVirtGroup+"/"+itv1beta1.SchemeGroupVersion.Version)
 }
 
 // UnknownFieldDetail is the message for a field that is neither kemu's nor
@@ -71,7 +73,8 @@ type Document struct {
 	// FromKubeVirt is true for a kubevirt.io manifest.
 	FromKubeVirt bool
 	// Object is the defaulted kemu object (*v1.VirtualMachineInstance,
-	// *v1.VirtualMachine or *v1.VirtualMachineInstanceMigration), or nil when
+	// *v1.VirtualMachine, *v1.VirtualMachineInstanceMigration, or one of
+	// instancetype.kemu.dev's four kinds), or nil when
 	// the document could not be decoded at all.
 	Object runtime.Object
 	// Errors are every problem found, with field paths.
@@ -238,6 +241,7 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	}
 
 	group, version, _ := strings.Cut(d.APIVersion, "/")
+	instancetypes := false
 	switch {
 	case d.APIVersion == "":
 		d.Errors = append(d.Errors, field.Required(field.NewPath("apiVersion"), strings.Join(AcceptedAPIVersions(), ", ")))
@@ -246,22 +250,44 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	case group == KubeVirtGroup && slices.Contains(KubeVirtVersions, version):
 		d.FromKubeVirt = true
 		obj["apiVersion"] = v1.APIVersion
+	case d.APIVersion == itv1beta1.APIVersion:
+		instancetypes = true
+	case group == itv1beta1.KubeVirtGroup && version == itv1beta1.SchemeGroupVersion.Version:
+		// KubeVirt serves only v1beta1 of its instance types since it
+		// removed v1alpha1 and v1alpha2; kemu reads what it serves.
+		d.FromKubeVirt, instancetypes = true, true
+		obj["apiVersion"] = itv1beta1.APIVersion
 	default:
 		d.Errors = append(d.Errors, field.NotSupported(field.NewPath("apiVersion"), d.APIVersion, AcceptedAPIVersions()))
 		return d
 	}
 
 	var target runtime.Object
-	switch d.Kind {
-	case KindVMI:
-		target = &v1.VirtualMachineInstance{}
-	case KindVM:
-		target = &v1.VirtualMachine{}
-	case KindMigration:
-		target = &v1.VirtualMachineInstanceMigration{}
-	case "":
+	switch {
+	case d.Kind == "":
 		d.Errors = append(d.Errors, field.Required(field.NewPath("kind"), ""))
 		return d
+	case instancetypes:
+		switch d.Kind {
+		case itv1beta1.KindInstancetype:
+			target = &itv1beta1.VirtualMachineInstancetype{}
+		case itv1beta1.KindClusterInstancetype:
+			target = &itv1beta1.VirtualMachineClusterInstancetype{}
+		case itv1beta1.KindPreference:
+			target = &itv1beta1.VirtualMachinePreference{}
+		case itv1beta1.KindClusterPreference:
+			target = &itv1beta1.VirtualMachineClusterPreference{}
+		default:
+			d.Errors = append(d.Errors, field.NotSupported(field.NewPath("kind"), d.Kind, []string{itv1beta1.KindInstancetype,
+				itv1beta1.KindClusterInstancetype, itv1beta1.KindPreference, itv1beta1.KindClusterPreference}))
+			return d
+		}
+	case d.Kind == KindVMI:
+		target = &v1.VirtualMachineInstance{}
+	case d.Kind == KindVM:
+		target = &v1.VirtualMachine{}
+	case d.Kind == KindMigration:
+		target = &v1.VirtualMachineInstanceMigration{}
 	default:
 		d.Errors = append(d.Errors, field.NotSupported(field.NewPath("kind"), d.Kind, []string{KindVMI, KindVM, KindMigration}))
 		return d
@@ -313,6 +339,18 @@ func decode(index int, obj map[string]any, js []byte) *Document {
 	case *v1.VirtualMachineInstanceMigration:
 		o.APIVersion = v1.APIVersion
 		verrs = validation.ValidateVirtualMachineInstanceMigration(o)
+	case *itv1beta1.VirtualMachineInstancetype:
+		o.APIVersion = itv1beta1.APIVersion
+		verrs = validation.ValidateInstancetype(o)
+	case *itv1beta1.VirtualMachineClusterInstancetype:
+		o.APIVersion = itv1beta1.APIVersion
+		verrs = validation.ValidateClusterInstancetype(o)
+	case *itv1beta1.VirtualMachinePreference:
+		o.APIVersion = itv1beta1.APIVersion
+		verrs = validation.ValidatePreference(o)
+	case *itv1beta1.VirtualMachineClusterPreference:
+		o.APIVersion = itv1beta1.APIVersion
+		verrs = validation.ValidateClusterPreference(o)
 	}
 	d.judged = verrs
 	d.Errors = append(d.Errors, d.withoutConsequences(validation.AsWritten(verrs, target, obj))...)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
+	itv1beta1 "github.com/kemu-dev/kemu/api/instancetype/v1beta1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
 )
@@ -82,7 +83,8 @@ func TestKubeVirtManifests(t *testing.T) {
 			}
 		})
 	}
-	for _, k := range []string{KindVMI, KindVM, KindMigration} {
+	for _, k := range []string{KindVMI, KindVM, KindMigration, itv1beta1.KindInstancetype, itv1beta1.KindClusterInstancetype,
+		itv1beta1.KindPreference, itv1beta1.KindClusterPreference} {
 		if !kinds[k] {
 			t.Errorf("testdata has no %s", k)
 		}
@@ -118,8 +120,68 @@ func TestBadManifests(t *testing.T) {
 		},
 		{
 			name: "JSON with an unsupported field",
-			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"vm"},"spec":{"instancetype":{"name":"u1.small"},"runStrategy":"Always","template":{"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{}}}}}}`,
-			want: []string{"Forbidden spec.instancetype"},
+			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"vm"},"spec":{"dataVolumeTemplates":[{"metadata":{"name":"d"}}],"runStrategy":"Always","template":{"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{}}}}}}`,
+			want: []string{"Forbidden spec.dataVolumeTemplates"},
+		},
+		{
+			name: "KubeVirt instance type with what kemu cannot run",
+			in: `apiVersion: instancetype.kubevirt.io/v1beta1
+kind: VirtualMachineClusterInstancetype
+metadata: {name: cx1.medium}
+spec:
+  cpu: {guest: 1, dedicatedCPUPlacement: true, isolateEmulatorThread: true, maxSockets: 1, numa: {guestMappingPassthrough: {}}}
+  memory: {guest: 2Gi, hugepages: {pageSize: 2Mi}}
+  ioThreadsPolicy: auto
+`,
+			want: []string{"Forbidden spec.cpu.dedicatedCPUPlacement", "Forbidden spec.cpu.isolateEmulatorThread",
+				"Forbidden spec.cpu.maxSockets", "Forbidden spec.cpu.numa", "Forbidden spec.ioThreadsPolicy", "Forbidden spec.memory.hugepages"},
+		},
+		{
+			name: "KubeVirt preference with what kemu cannot run",
+			in: `apiVersion: instancetype.kubevirt.io/v1beta1
+kind: VirtualMachineClusterPreference
+metadata: {name: fedora}
+spec:
+  devices: {preferredDiskBus: virtio, preferredTPM: {}, preferredDiskDedicatedIoThread: true}
+  features: {preferredSmm: {}}
+  firmware: {preferredEfi: {secureBoot: true, persistent: true}}
+  preferredArchitecture: amd64
+  requirements: {architecture: amd64, cpu: {guest: 1}}
+`,
+			want: []string{"Forbidden spec.devices.preferredDiskDedicatedIoThread", "Forbidden spec.devices.preferredTPM",
+				"Forbidden spec.features.preferredSmm", "Forbidden spec.firmware.preferredEfi.persistent",
+				"Forbidden spec.preferredArchitecture", "Forbidden spec.requirements.architecture"},
+		},
+		{
+			name: "instance type without cpu and memory",
+			in:   "apiVersion: instancetype.kemu.dev/v1beta1\nkind: VirtualMachineInstancetype\nmetadata: {name: empty}\nspec: {}\n",
+			want: []string{"Required value spec.cpu.guest", "Required value spec.memory.guest"},
+		},
+		{
+			name: "KubeVirt's removed instance type versions",
+			in:   "apiVersion: instancetype.kubevirt.io/v1alpha2\nkind: VirtualMachineInstancetype\nmetadata: {name: old}\nspec: {}\n",
+			want: []string{"Unsupported value apiVersion"},
+		},
+		{
+			name: "a kind of the other group",
+			in:   "apiVersion: instancetype.kemu.dev/v1beta1\nkind: VirtualMachine\nmetadata: {name: vm}\nspec: {}\n",
+			want: []string{"Unsupported value kind"},
+		},
+		{
+			name: "VM matchers",
+			in: `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: vm}
+spec:
+  instancetype: {kind: Flavor}
+  preference: {name: p, kind: VirtualMachinePreference, inferFromVolume: nope, inferFromVolumeFailurePolicy: Maybe}
+  template:
+    spec:
+      domain: {devices: {}}
+`,
+			want: []string{"Forbidden spec.preference.kind", "Forbidden spec.preference.name", "Invalid value spec.instancetype.kind",
+				"Not found spec.preference.inferFromVolume", "Required value spec.instancetype.name",
+				"Unsupported value spec.preference.inferFromVolumeFailurePolicy"},
 		},
 		{
 			name: "wrong type",

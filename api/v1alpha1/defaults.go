@@ -141,17 +141,8 @@ func setDomainDefaults(d *DomainSpec, namespace, name string) {
 // setVolumeDefaults gives every volume without a disk a virtio disk and every
 // disk without a target a virtio disk target, as KubeVirt does.
 func setVolumeDefaults(spec *VirtualMachineInstanceSpec) {
+	AddVolumeDisks(spec)
 	disks := &spec.Domain.Devices.Disks
-	hasDisk := map[string]bool{}
-	for _, d := range *disks {
-		hasDisk[d.Name] = true
-	}
-	for _, v := range spec.Volumes {
-		if !hasDisk[v.Name] {
-			*disks = append(*disks, Disk{Name: v.Name})
-			hasDisk[v.Name] = true
-		}
-	}
 	for i := range *disks {
 		d := &(*disks)[i]
 		if d.Disk == nil && d.CDRom == nil && d.LUN == nil {
@@ -177,15 +168,39 @@ func setVolumeDefaults(spec *VirtualMachineInstanceSpec) {
 	}
 }
 
-// setNetworkDefaults adds the pod network behind masquerade when a VMI has no
-// interfaces and no networks, and fills in bindings, models and protocols.
-func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
+// AddVolumeDisks gives every volume without a disk a disk of its name (no
+// target yet: defaulting makes it virtio, a preference its preferred bus).
+func AddVolumeDisks(spec *VirtualMachineInstanceSpec) {
+	disks := &spec.Domain.Devices.Disks
+	hasDisk := map[string]bool{}
+	for _, d := range *disks {
+		hasDisk[d.Name] = true
+	}
+	for _, v := range spec.Volumes {
+		if !hasDisk[v.Name] {
+			*disks = append(*disks, Disk{Name: v.Name})
+			hasDisk[v.Name] = true
+		}
+	}
+}
+
+// AddPodNetwork adds the pod network and its interface (no binding or model
+// yet) when a VMI has no interfaces and no networks and
+// autoattachPodInterface is not false.
+func AddPodNetwork(spec *VirtualMachineInstanceSpec) {
 	devs := &spec.Domain.Devices
 	autoattach := devs.AutoattachPodInterface == nil || *devs.AutoattachPodInterface
 	if autoattach && len(devs.Interfaces) == 0 && len(spec.Networks) == 0 {
 		spec.Networks = []Network{{Name: DefaultNetworkName, Pod: &PodNetwork{}}}
 		devs.Interfaces = []Interface{{Name: DefaultNetworkName}}
 	}
+}
+
+// setNetworkDefaults adds the pod network behind masquerade when a VMI has no
+// interfaces and no networks, and fills in bindings, models and protocols.
+func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
+	AddPodNetwork(spec)
+	devs := &spec.Domain.Devices
 	for i := range devs.Interfaces {
 		iface := &devs.Interfaces[i]
 		if !iface.hasBinding() {
@@ -201,6 +216,9 @@ func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
 		}
 	}
 }
+
+// HasBinding says whether the interface names its binding.
+func (i *Interface) HasBinding() bool { return i.hasBinding() }
 
 func (i *Interface) hasBinding() bool {
 	return i.Bridge != nil || i.Masquerade != nil || i.Slirp != nil || i.SRIOV != nil ||

@@ -71,8 +71,14 @@ type VirtualMachineSpec struct {
 	// Template is the VMI to create.
 	Template *VirtualMachineInstanceTemplateSpec `json:"template"`
 
-	Instancetype          *Unsupported       `json:"instancetype,omitempty"`
-	Preference            *Unsupported       `json:"preference,omitempty"`
+	// Instancetype references the instance type the VMI is expanded with
+	// (docs/vm.md).
+	// +optional
+	Instancetype *InstancetypeMatcher `json:"instancetype,omitempty"`
+	// Preference references the preference the VMI is expanded with.
+	// +optional
+	Preference *PreferenceMatcher `json:"preference,omitempty"`
+
 	DataVolumeTemplates   UnsupportedList    `json:"dataVolumeTemplates,omitempty"`
 	UpdateVolumesStrategy *UnsupportedScalar `json:"updateVolumesStrategy,omitempty"`
 }
@@ -135,6 +141,14 @@ type VirtualMachineStatus struct {
 	// and holds the next start back until retryAfterTimestamp.
 	// +optional
 	StartFailure *VirtualMachineStartFailure `json:"startFailure,omitempty"`
+	// InstancetypeRef is the instance type the VM's VMIs are expanded with
+	// and the ControllerRevision keeping it.
+	// +optional
+	InstancetypeRef *InstancetypeStatusRef `json:"instancetypeRef,omitempty"`
+	// PreferenceRef is the preference the VM's VMIs are expanded with and
+	// the ControllerRevision keeping it.
+	// +optional
+	PreferenceRef *InstancetypeStatusRef `json:"preferenceRef,omitempty"`
 }
 
 // VirtualMachineStartFailure is a VM's record of failed starts (KubeVirt's

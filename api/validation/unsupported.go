@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	itv1beta1 "github.com/kemu-dev/kemu/api/instancetype/v1beta1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -15,7 +16,11 @@ const UnsupportedDetail = "kemu does not support this KubeVirt field"
 
 var (
 	unsupportedField = reflect.TypeFor[v1.UnsupportedField]()
-	apiPkgPath       = reflect.TypeFor[v1.VirtualMachineInstance]().PkgPath()
+	// apiPkgPaths are the packages of kemu's API types.
+	apiPkgPaths = map[string]bool{
+		reflect.TypeFor[v1.VirtualMachineInstance]().PkgPath():            true,
+		reflect.TypeFor[itv1beta1.VirtualMachineInstancetype]().PkgPath(): true,
+	}
 )
 
 // Unsupported walks obj (a kemu API object or part of one) and returns a
@@ -71,5 +76,5 @@ func ownType(t reflect.Type) bool {
 	for t.Kind() == reflect.Pointer || (t.Kind() == reflect.Slice && t.Name() == "") {
 		t = t.Elem()
 	}
-	return t.PkgPath() == apiPkgPath
+	return apiPkgPaths[t.PkgPath()]
 }

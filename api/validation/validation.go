@@ -40,6 +40,7 @@ var (
 	cpuModelPattern = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
 	q35Pattern      = regexp.MustCompile(`^(q35|pc-q35-[0-9]+\.[0-9]+)$`)
 	i440fxPattern   = regexp.MustCompile(`^(pc|pc-i440fx-[0-9]+\.[0-9]+)$`)
+	interfaceModels = []string{"virtio", "e1000", "e1000e", "rtl8139"}
 	pullPolicies    = []string{string(corev1.PullAlways), string(corev1.PullIfNotPresent), string(corev1.PullNever)}
 )
 
@@ -79,10 +80,21 @@ func ValidateVirtualMachine(vm *v1.VirtualMachine) field.ErrorList {
 			string(v1.RunStrategyAlways), string(v1.RunStrategyHalted), string(v1.RunStrategyManual),
 			string(v1.RunStrategyRerunOnFailure), string(v1.RunStrategyOnce))...)
 	}
+	allErrs = append(allErrs, ValidateMatchers(vm, spec)...)
 	if vm.Spec.Template == nil {
 		allErrs = append(allErrs, field.Required(spec.Child("template"), "a VM needs a VMI template"))
 	} else {
-		allErrs = append(allErrs, ValidateVirtualMachineInstanceSpec(&vm.Spec.Template.Spec, spec.Child("template", "spec"))...)
+		tmpl := spec.Child("template", "spec")
+		for _, e := range ValidateVirtualMachineInstanceSpec(&vm.Spec.Template.Spec, tmpl) {
+			// An instance type always gives the guest's memory: a template
+			// that leaves it to one is complete (the VMI it expands to is
+			// validated again).
+			if vm.Spec.Instancetype != nil && e.Type == field.ErrorTypeRequired &&
+				e.Field == tmpl.Child("domain", "memory", "guest").String() {
+				continue
+			}
+			allErrs = append(allErrs, e)
+		}
 	}
 	return allErrs
 }
@@ -551,7 +563,7 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 			allErrs = append(allErrs, field.Invalid(p.Child("ports"), len(iface.Ports), "ports are only forwarded with the masquerade binding"))
 		}
 		if iface.Model != "" {
-			allErrs = append(allErrs, oneOf(p.Child("model"), iface.Model, "virtio", "e1000", "e1000e", "rtl8139")...)
+			allErrs = append(allErrs, oneOf(p.Child("model"), iface.Model, interfaceModels...)...)
 		}
 		if m := iface.MacAddress; m != "" {
 			hw, err := net.ParseMAC(m)

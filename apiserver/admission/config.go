@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 )
 
 // Defaults of Config: where deploy/ installs kemu and the service accounts
@@ -32,6 +34,11 @@ type Config struct {
 	// rights (serviceAccount volumes: serviceAccountAccess). Nil skips the
 	// check.
 	Authorize Authorizer
+	// Instancetypes, when set, reads the instance types, preferences,
+	// revisions and claims a VM refers to, so a VM conflicting with its
+	// instance type is refused at create. Nil leaves that to the VM
+	// controller.
+	Instancetypes *instancetypes.Lookup
 }
 
 func (c Config) withDefaults() Config {

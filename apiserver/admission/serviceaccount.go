@@ -83,7 +83,7 @@ func reasonSuffix(reason string) string {
 // validateVMWithAccess is validateVM and, for a VM whose template has a
 // serviceAccount volume, serviceAccountAccess.
 func (c Config) validateVMWithAccess(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	resp := validateVM(req)
+	resp := c.validateVM(req)
 	if !resp.Allowed || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return resp
 	}

@@ -1,14 +1,20 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kemu-dev/kemu/api/instancetype"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 )
 
 // validateVM validates a new VM, and an updated one whose spec changed (a
@@ -16,7 +22,7 @@ import (
 // even for a VM stored before the webhook existed). The VM is not mutated:
 // its readers default it, and the VMI it starts has its defaults stored by
 // the VMI mutator (docs/decisions.md).
-func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (c Config) validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if err := checkKind(req, vmKind); err != nil {
 		return deny(err)
 	}
@@ -46,6 +52,47 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 	if err := json.Unmarshal(req.Object.Raw, &written); err != nil {
 		return deny(fmt.Errorf("decoding the request's object: %w", err))
 	}
+	if errs := c.expandVM(&vm); len(errs) > 0 {
+		return invalid(vmKind, vm.Name, errs)
+	}
 	v1.SetVirtualMachineDefaults(&vm)
 	return invalid(vmKind, vm.Name, validation.AsWritten(validation.ValidateVirtualMachine(&vm), &vm, written))
 }
+
+// expandVM expands the VM's template with its instance type and preference
+// as the VM controller will (KubeVirt's VM admission): a conflict, an unmet
+// requirement or a failed inference refuses the VM naming the field. An
+// instance type or preference that does not exist yet is let through, as
+// in KubeVirt: the VM controller reports it while it is missing.
+func (c Config) expandVM(vm *v1.VirtualMachine) field.ErrorList {
+	if c.Instancetypes == nil || vm.Spec.Template == nil || (vm.Spec.Instancetype == nil && vm.Spec.Preference == nil) {
+		return nil
+	}
+	if errs := validation.ValidateMatchers(vm, field.NewPath("spec")); len(errs) > 0 {
+		return nil // the matchers themselves are wrong: validation reports it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	r, err := c.Instancetypes.Resolve(ctx, vm)
+	var e *instancetypes.Error
+	switch {
+	case errors.As(err, &e) && e.NotFound:
+		return nil
+	case errors.As(err, &e) && e.Reason == instancetypes.ReasonFailedFindPreference:
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "preference"), vm.Spec.Preference, err.Error())}
+	case err != nil:
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "instancetype"), vm.Spec.Instancetype, err.Error())}
+	}
+	t := vm.Spec.Template
+	if r.DropTemplateMemory {
+		t.Spec.Domain.Memory = nil
+	}
+	if errs := instancetype.Apply(r.Instancetype, r.Preference, &t.Spec, &t.ObjectMeta); len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// lookupTimeout bounds the reads of instance types, preferences, revisions
+// and claims within the webhook's own timeout (10 s, deploy/webhooks.yaml).
+const lookupTimeout = 5 * time.Second

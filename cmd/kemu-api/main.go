@@ -32,6 +32,7 @@ import (
 	"github.com/kemu-dev/kemu/apiserver/nodeclient"
 	"github.com/kemu-dev/kemu/apiserver/server"
 	"github.com/kemu-dev/kemu/apiserver/subresource"
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 	"github.com/kemu-dev/kemu/kube/nodeapi"
 )
 
@@ -184,7 +185,7 @@ func serve(ctx context.Context, o *options) error {
 	srv, err := server.New(o.server, server.Config{
 		Cert:         certMgr,
 		Subresources: handler,
-		Webhooks:     webhookHandlers(o.namespace, kube),
+		Webhooks:     webhookHandlers(o.namespace, kube, &instancetypes.Lookup{Kube: kube, Kemu: kemu}),
 	})
 	if err != nil {
 		return err

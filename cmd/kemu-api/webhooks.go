@@ -9,14 +9,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kemu-dev/kemu/apiserver/admission"
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 )
 
 // webhookPaths are the admission paths (not authorized: kube-apiserver
 // calls webhooks without credentials).
 func webhookPaths() []string { return admission.Paths }
 
-func webhookHandlers(namespace string, kube kubernetes.Interface) map[string]http.Handler {
-	return admission.Handlers(admission.Config{Namespace: namespace, Authorize: subjectAccessReview(kube)})
+func webhookHandlers(namespace string, kube kubernetes.Interface, lookup *instancetypes.Lookup) map[string]http.Handler {
+	return admission.Handlers(admission.Config{Namespace: namespace, Authorize: subjectAccessReview(kube), Instancetypes: lookup})
 }
 
 // subjectAccessReview asks kube-apiserver what a requesting user may do

@@ -32,6 +32,7 @@ import (
 	listers "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/kube/expectations"
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 	"github.com/kemu-dev/kemu/kube/worker"
 )
 
@@ -90,6 +91,7 @@ type Controller struct {
 
 	vmLister  listers.VirtualMachineLister
 	vmiLister listers.VirtualMachineInstanceLister
+	lookup    *instancetypes.Lookup
 	synced    []cache.InformerSynced
 	factories []interface{ Start(<-chan struct{}) }
 
@@ -111,6 +113,15 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 	opts.defaults()
 	vms := kemuInformers.Kemu().V1alpha1().VirtualMachines()
 	vmis := kemuInformers.Kemu().V1alpha1().VirtualMachineInstances()
+	its := kemuInformers.Instancetype().V1beta1()
+	lookup := &instancetypes.Lookup{Kube: kube, Kemu: kemu,
+		Instancetypes:        its.VirtualMachineInstancetypes().Lister(),
+		ClusterInstancetypes: its.VirtualMachineClusterInstancetypes().Lister(),
+		Preferences:          its.VirtualMachinePreferences().Lister(),
+		ClusterPreferences:   its.VirtualMachineClusterPreferences().Lister(),
+		Revisions:            kubeInformers.Apps().V1().ControllerRevisions().Lister(),
+		Claims:               kubeInformers.Core().V1().PersistentVolumeClaims().Lister(),
+	}
 	c := &Controller{
 		kube:      kube,
 		kemu:      kemu,
@@ -118,7 +129,12 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 		opts:      opts,
 		vmLister:  vms.Lister(),
 		vmiLister: vmis.Lister(),
-		synced:    []cache.InformerSynced{vms.Informer().HasSynced, vmis.Informer().HasSynced},
+		lookup:    lookup,
+		synced: []cache.InformerSynced{vms.Informer().HasSynced, vmis.Informer().HasSynced,
+			its.VirtualMachineInstancetypes().Informer().HasSynced, its.VirtualMachineClusterInstancetypes().Informer().HasSynced,
+			its.VirtualMachinePreferences().Informer().HasSynced, its.VirtualMachineClusterPreferences().Informer().HasSynced,
+			kubeInformers.Apps().V1().ControllerRevisions().Informer().HasSynced,
+			kubeInformers.Core().V1().PersistentVolumeClaims().Informer().HasSynced},
 		factories: []interface{ Start(<-chan struct{}) }{kubeInformers, kemuInformers},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kemu-vm"}),

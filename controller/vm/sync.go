@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
+	"github.com/kemu-dev/kemu/kube/instancetypes"
 	"github.com/kemu-dev/kemu/kube/status"
 )
 
@@ -41,6 +42,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	var exp expansion
+	if syncErr == nil && hasMatchers(vm) && vm.DeletionTimestamp == nil {
+		if vm, exp, err = c.instancetypes(ctx, vm); err != nil {
+			return err
+		}
+	}
 	switch {
 	case syncErr != nil:
 	case !c.expectations.Satisfied(key):
@@ -48,9 +55,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		// the VM; this only guards against a lost one.
 		c.queue.AddAfter(key, ExpectationsTimeout)
 	default:
-		if vm, syncErr, err = c.reconcile(ctx, key, vm, rs, vmi); err != nil {
+		if vm, syncErr, err = c.reconcile(ctx, key, vm, rs, vmi, exp); err != nil {
 			return err
 		}
+	}
+	if syncErr == nil && exp.err != nil {
+		// Reported even when nothing is to be started now, as KubeVirt does.
+		syncErr = exp.err
 	}
 	if err := c.updateStatus(ctx, key, vm, vmi, syncErr); err != nil {
 		return err
@@ -103,7 +114,7 @@ func (c *Controller) ownVMI(ctx context.Context, vm *v1.VirtualMachine) (*v1.Vir
 // reconcile records a failed start, then creates or deletes the VMI as the
 // run strategy says. It returns the VM as last written.
 func (c *Controller) reconcile(ctx context.Context, key string, vm *v1.VirtualMachine, rs v1.VirtualMachineRunStrategy,
-	vmi *v1.VirtualMachineInstance) (*v1.VirtualMachine, *syncError, error) {
+	vmi *v1.VirtualMachineInstance, exp expansion) (*v1.VirtualMachine, *syncError, error) {
 	now := c.opts.Now()
 	sf := StartFailureOf(vm)
 	next := nextStartFailure(rs, sf, vmi, now, c.backoff.delayFunc())
@@ -125,7 +136,11 @@ func (c *Controller) reconcile(ctx context.Context, key string, vm *v1.VirtualMa
 	case actWait:
 		c.queue.AddAfter(key, d.wait)
 	case actCreate:
-		return vm, c.createVMI(ctx, key, vm), nil
+		if exp.err != nil {
+			c.recordFailure(vm, exp.err)
+			return vm, exp.err, nil
+		}
+		return vm, c.createVMI(ctx, key, vm, exp.resolved), nil
 	case actDelete:
 		if d.startAfterDelete {
 			var err error
@@ -155,12 +170,21 @@ func newVMI(vm *v1.VirtualMachine) *v1.VirtualMachineInstance {
 	return vmi
 }
 
-func (c *Controller) createVMI(ctx context.Context, key string, vm *v1.VirtualMachine) *syncError {
+func (c *Controller) createVMI(ctx context.Context, key string, vm *v1.VirtualMachine, r *instancetypes.Resolved) *syncError {
 	if vm.Spec.Template == nil {
 		c.recorder.Event(vm, corev1.EventTypeWarning, ReasonInvalidTemplate, "spec.template is required")
 		return &syncError{ReasonInvalidTemplate, "spec.template is required"}
 	}
+	vmi, errs := expandVMI(vm, r)
+	if len(errs) > 0 {
+		e := conflictError(errs)
+		c.recordFailure(vm, e)
+		return e
+	}
+	// The VM is judged as it will run: its template expanded.
 	defaulted := vm.DeepCopy()
+	defaulted.Spec.Template.ObjectMeta = *vmi.ObjectMeta.DeepCopy()
+	defaulted.Spec.Template.Spec = *vmi.Spec.DeepCopy()
 	v1.SetVirtualMachineDefaults(defaulted)
 	if errs := validation.ValidateVirtualMachine(defaulted); len(errs) > 0 {
 		msg := "invalid VM: " + errs.ToAggregate().Error()
@@ -168,7 +192,7 @@ func (c *Controller) createVMI(ctx context.Context, key string, vm *v1.VirtualMa
 		return &syncError{ReasonInvalidTemplate, msg}
 	}
 	c.expectations.ExpectCreations(key, 1)
-	created, err := c.kemu.KemuV1alpha1().VirtualMachineInstances(vm.Namespace).Create(ctx, newVMI(vm), metav1.CreateOptions{})
+	created, err := c.kemu.KemuV1alpha1().VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{})
 	if err != nil {
 		c.expectations.CreationObserved(key)
 		c.recorder.Eventf(vm, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating VMI %s: %v", vm.Name, err)

@@ -17,8 +17,9 @@ func NewConvertCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "convert FILE...",
 		Short: "Turn KubeVirt manifests into kemu manifests, reporting what cannot be carried over",
-		Long: `convert reads each FILE ("-" for standard input) of kubevirt.io/v1 or v1alpha3 (or
-kemu.dev/v1alpha1) objects and writes kemu.dev/v1alpha1 manifests to standard
+		Long: `convert reads each FILE ("-" for standard input) of kubevirt.io/v1 or v1alpha3 and
+instancetype.kubevirt.io/v1beta1 (or kemu.dev/v1alpha1, instancetype.kemu.dev/v1beta1)
+objects and writes kemu.dev/v1alpha1 and instancetype.kemu.dev/v1beta1 manifests to standard
 output, as a multi-document YAML stream (or JSON with -o json). Fields kemu
 does not support are left out and listed on standard error, as are the errors
 that remain in the converted manifest. The exit status is 1 if anything was

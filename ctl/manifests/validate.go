@@ -16,7 +16,8 @@ func NewValidateCommand() *cobra.Command {
 		Long: `validate reads each FILE ("-" for standard input), which may hold several
 YAML documents, JSON, or a List, of kemu.dev/v1alpha1 or kubevirt.io/v1 (or v1alpha3)
 VirtualMachineInstance, VirtualMachine and VirtualMachineInstanceMigration
-objects. It applies kemu's defaults and prints every problem with its field
+objects and instancetype.kemu.dev/v1beta1 or instancetype.kubevirt.io/v1beta1
+instance types and preferences. It applies kemu's defaults and prints every problem with its field
 path. The exit status is 1 if any document has an error.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	itv1beta1 "github.com/kemu-dev/kemu/api/instancetype/v1beta1"
 )
 
 const (
@@ -833,7 +835,11 @@ func (c *Cluster) InstallCRDs() error {
 	}
 	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",
 		"crd/virtualmachineinstances.kemu.dev", "crd/virtualmachines.kemu.dev",
-		"crd/virtualmachineinstancemigrations.kemu.dev"); err != nil {
+		"crd/virtualmachineinstancemigrations.kemu.dev",
+		"crd/"+itv1beta1.Resource(itv1beta1.ResourceInstancetypes).String(),
+		"crd/"+itv1beta1.Resource(itv1beta1.ResourceClusterInstancetypes).String(),
+		"crd/"+itv1beta1.Resource(itv1beta1.ResourcePreferences).String(),
+		"crd/"+itv1beta1.Resource(itv1beta1.ResourceClusterPreferences).String()); err != nil {
 		return fmt.Errorf("waiting for kemu's CRDs: %w: %s", err, stderr)
 	}
 	return nil

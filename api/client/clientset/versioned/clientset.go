@@ -23,6 +23,7 @@ import (
 	http "net/http"
 
 	kemuv1alpha1 "github.com/kemu-dev/kemu/api/client/clientset/versioned/typed/api/v1alpha1"
+	instancetypev1beta1 "github.com/kemu-dev/kemu/api/client/clientset/versioned/typed/instancetype/v1beta1"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -31,17 +32,24 @@ import (
 type Interface interface {
 	Discovery() discovery.DiscoveryInterface
 	KemuV1alpha1() kemuv1alpha1.KemuV1alpha1Interface
+	InstancetypeV1beta1() instancetypev1beta1.InstancetypeV1beta1Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	kemuV1alpha1 *kemuv1alpha1.KemuV1alpha1Client
+	kemuV1alpha1        *kemuv1alpha1.KemuV1alpha1Client
+	instancetypeV1beta1 *instancetypev1beta1.InstancetypeV1beta1Client
 }
 
 // KemuV1alpha1 retrieves the KemuV1alpha1Client
 func (c *Clientset) KemuV1alpha1() kemuv1alpha1.KemuV1alpha1Interface {
 	return c.kemuV1alpha1
+}
+
+// InstancetypeV1beta1 retrieves the InstancetypeV1beta1Client
+func (c *Clientset) InstancetypeV1beta1() instancetypev1beta1.InstancetypeV1beta1Interface {
+	return c.instancetypeV1beta1
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -92,6 +100,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.instancetypeV1beta1, err = instancetypev1beta1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 
 	cs.DiscoveryClient, err = discovery.NewDiscoveryClientForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
@@ -114,6 +126,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
 	cs.kemuV1alpha1 = kemuv1alpha1.New(c)
+	cs.instancetypeV1beta1 = instancetypev1beta1.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

@@ -26,6 +26,7 @@ import (
 
 	versioned "github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	api "github.com/kemu-dev/kemu/api/client/informers/externalversions/api"
+	instancetype "github.com/kemu-dev/kemu/api/client/informers/externalversions/instancetype"
 	internalinterfaces "github.com/kemu-dev/kemu/api/client/informers/externalversions/internalinterfaces"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -326,8 +327,13 @@ type SharedInformerFactory interface {
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
 	Kemu() api.Interface
+	Instancetype() instancetype.Interface
 }
 
 func (f *sharedInformerFactory) Kemu() api.Interface {
 	return api.New(f, f.namespace, f.tweakListOptions)
+}
+
+func (f *sharedInformerFactory) Instancetype() instancetype.Interface {
+	return instancetype.New(f, f.namespace, f.tweakListOptions)
 }

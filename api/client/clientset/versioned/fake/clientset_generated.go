@@ -22,6 +22,8 @@ import (
 	clientset "github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	kemuv1alpha1 "github.com/kemu-dev/kemu/api/client/clientset/versioned/typed/api/v1alpha1"
 	fakekemuv1alpha1 "github.com/kemu-dev/kemu/api/client/clientset/versioned/typed/api/v1alpha1/fake"
+	instancetypev1beta1 "github.com/kemu-dev/kemu/api/client/clientset/versioned/typed/instancetype/v1beta1"
+	fakeinstancetypev1beta1 "github.com/kemu-dev/kemu/api/client/clientset/versioned/typed/instancetype/v1beta1/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -98,4 +100,9 @@ var (
 // KemuV1alpha1 retrieves the KemuV1alpha1Client
 func (c *Clientset) KemuV1alpha1() kemuv1alpha1.KemuV1alpha1Interface {
 	return &fakekemuv1alpha1.FakeKemuV1alpha1{Fake: &c.Fake}
+}
+
+// InstancetypeV1beta1 retrieves the InstancetypeV1beta1Client
+func (c *Clientset) InstancetypeV1beta1() instancetypev1beta1.InstancetypeV1beta1Interface {
+	return &fakeinstancetypev1beta1.FakeInstancetypeV1beta1{Fake: &c.Fake}
 }

@@ -19,6 +19,7 @@ limitations under the License.
 package scheme
 
 import (
+	instancetypev1beta1 "github.com/kemu-dev/kemu/api/instancetype/v1beta1"
 	kemuv1alpha1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
 	kemuv1alpha1.AddToScheme,
+	instancetypev1beta1.AddToScheme,
 }
 
 // AddToScheme adds all types of this clientset into the given scheme. This allows composition
