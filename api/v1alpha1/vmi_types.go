@@ -378,15 +378,48 @@ type Disk struct {
 	// +kubebuilder:validation:MaxLength=20
 	Serial string `json:"serial,omitempty"`
 
+	// Cache is the host page cache mode: none (O_DIRECT), writethrough or
+	// writeback. Unset: none where the file can be opened with O_DIRECT,
+	// else writethrough (decided on the node).
+	// +optional
+	// +kubebuilder:validation:Enum=none;writethrough;writeback
+	Cache DriverCache `json:"cache,omitempty"`
+	// IO is QEMU's asynchronous I/O: native (Linux AIO; needs cache none)
+	// or threads. Unset: native for a block device or a preallocated file
+	// with cache none, else threads.
+	// +optional
+	// +kubebuilder:validation:Enum=native;threads
+	IO DriverIO `json:"io,omitempty"`
+	// Shareable lets other VMs attach the same storage: no image locking,
+	// share-rw on the device; needs cache none (its default then).
+	// +optional
+	Shareable *bool `json:"shareable,omitempty"`
+
 	LUN               *Unsupported       `json:"lun,omitempty"`
 	DedicatedIOThread *UnsupportedBool   `json:"dedicatedIOThread,omitempty"`
-	Cache             *UnsupportedScalar `json:"cache,omitempty"`
-	IO                *UnsupportedScalar `json:"io,omitempty"`
 	Tag               *UnsupportedScalar `json:"tag,omitempty"`
 	BlockSize         *Unsupported       `json:"blockSize,omitempty"`
-	Shareable         *UnsupportedBool   `json:"shareable,omitempty"`
 	ErrorPolicy       *UnsupportedScalar `json:"errorPolicy,omitempty"`
 }
+
+// DriverCache is a disk's host cache mode.
+type DriverCache string
+
+// Cache modes (KubeVirt's).
+const (
+	CacheNone         DriverCache = "none"
+	CacheWriteThrough DriverCache = "writethrough"
+	CacheWriteBack    DriverCache = "writeback"
+)
+
+// DriverIO is a disk's asynchronous I/O mode.
+type DriverIO string
+
+// I/O modes (KubeVirt's).
+const (
+	IONative  DriverIO = "native"
+	IOThreads DriverIO = "threads"
+)
 
 // DiskBus is how a disk is attached.
 // +kubebuilder:validation:Enum=virtio;sata;scsi

@@ -348,6 +348,11 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 		*out = new(uint)
 		**out = **in
 	}
+	if in.Shareable != nil {
+		in, out := &in.Shareable, &out.Shareable
+		*out = new(bool)
+		**out = **in
+	}
 	if in.LUN != nil {
 		in, out := &in.LUN, &out.LUN
 		*out = new(Unsupported)
@@ -358,16 +363,6 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
-	if in.Cache != nil {
-		in, out := &in.Cache, &out.Cache
-		*out = new(UnsupportedScalar)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.IO != nil {
-		in, out := &in.IO, &out.IO
-		*out = new(UnsupportedScalar)
-		(*in).DeepCopyInto(*out)
-	}
 	if in.Tag != nil {
 		in, out := &in.Tag, &out.Tag
 		*out = new(UnsupportedScalar)
@@ -376,11 +371,6 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 	if in.BlockSize != nil {
 		in, out := &in.BlockSize, &out.BlockSize
 		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.Shareable != nil {
-		in, out := &in.Shareable, &out.Shareable
-		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.ErrorPolicy != nil {

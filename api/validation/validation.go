@@ -191,6 +191,33 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 			allErrs = append(allErrs, field.Invalid(p.Child("serial"), s,
 				"must be at most 20 characters of A-Z, a-z, 0-9, '_', '.', '+', '-'"))
 		}
+		allErrs = append(allErrs, validateDiskTuning(&disk, p)...)
+	}
+	return allErrs
+}
+
+// validateDiskTuning checks a disk's cache, io and shareable (KubeVirt's
+// rules, and what QEMU would refuse): the cache and io values, io native only with cache none (QEMU: "aio=native
+// was specified, but it requires cache.direct=on"), a shareable disk only
+// with cache none. Whether cache none is possible at all (O_DIRECT) is a
+// fact of the node's file system: the launcher refuses it there, naming
+// the cache field.
+func validateDiskTuning(disk *v1.Disk, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if c := disk.Cache; c != "" {
+		allErrs = append(allErrs, oneOf(p.Child("cache"), string(c),
+			string(v1.CacheNone), string(v1.CacheWriteThrough), string(v1.CacheWriteBack))...)
+	}
+	if io := disk.IO; io != "" {
+		allErrs = append(allErrs, oneOf(p.Child("io"), string(io), string(v1.IONative), string(v1.IOThreads))...)
+		if io == v1.IONative && disk.Cache != "" && disk.Cache != v1.CacheNone {
+			allErrs = append(allErrs, field.Invalid(p.Child("io"), io,
+				fmt.Sprintf("native needs cache none (O_DIRECT), not %s", disk.Cache)))
+		}
+	}
+	if sh := disk.Shareable; sh != nil && *sh && disk.Cache != "" && disk.Cache != v1.ShareableDiskCache {
+		allErrs = append(allErrs, field.Invalid(p.Child("cache"), disk.Cache,
+			fmt.Sprintf("a shareable disk needs cache %s (its default)", v1.ShareableDiskCache)))
 	}
 	return allErrs
 }
@@ -396,12 +423,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 			}
 		}
 		if pvc := v.PersistentVolumeClaim; pvc != nil {
-			pp := p.Child("persistentVolumeClaim", "claimName")
-			if pvc.ClaimName == "" {
-				allErrs = append(allErrs, field.Required(pp, ""))
-			} else {
-				allErrs = append(allErrs, dnsSubdomain(pp, pvc.ClaimName)...)
-			}
+			allErrs = append(allErrs, claimName(p.Child("persistentVolumeClaim", "claimName"), pvc.ClaimName)...)
 		}
 	}
 
@@ -413,6 +435,16 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		}
 	}
 	return allErrs
+}
+
+// claimName checks a PVC's name: required, a DNS subdomain (the API
+// server's rule for PVCs; it is also a directory under the launcher's
+// claims directory).
+func claimName(p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	return dnsSubdomain(p, name)
 }
 
 func volumeSources(v *v1.Volume) []string {

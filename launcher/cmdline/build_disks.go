@@ -63,11 +63,13 @@ func (b *builder) disks() {
 		}
 		id := DiskDeviceID(disk.Name)
 		b.claimID(id, p+".name")
+		cache, aio, shared := b.tuning(&disk, drv, p)
 		b.add(dp,
-			BlockFile{NodeName: file, Filename: b.val(dp+".Path", drv.Path), HostDevice: drv.Block, ReadOnly: ro, Discard: !ro},
-			BlockFormat{NodeName: format, Driver: drv.Format, File: file, ReadOnly: ro, Discard: !ro})
+			BlockFile{NodeName: file, Filename: b.val(dp+".Path", drv.Path), HostDevice: drv.Block, ReadOnly: ro, Discard: !ro,
+				Direct: cache.Direct, AIO: aio, NoLocking: shared},
+			BlockFormat{NodeName: format, Driver: drv.Format, File: file, ReadOnly: ro, Discard: !ro, Direct: cache.Direct})
 
-		bd := BlockDisk{ID: id, Drive: format, Serial: b.val(p+".serial", disk.Serial)}
+		bd := BlockDisk{ID: id, Drive: format, Serial: b.val(p+".serial", disk.Serial), WriteCache: cache.WriteCache, ShareRW: shared}
 		if bo := disk.BootOrder; bo != nil {
 			if *bo < 1 || *bo > validation.MaxBootOrder {
 				b.fail(p+".bootOrder", "%d: must be between 1 and %d (QEMU's bootindex is an int32)", *bo, validation.MaxBootOrder)
@@ -102,4 +104,45 @@ func (b *builder) disks() {
 			b.fail(target, "%q: must be virtio, sata or scsi", bus)
 		}
 	}
+}
+
+// tuning applies KubeVirt's cache and io rules to a disk on this node
+// (v1alpha1.DiskCache, DefaultDiskIO): the disk's cache, else none for a
+// shareable disk, else none where O_DIRECT works (Drive.DirectIO) and
+// writethrough elsewhere; its io, else native for a block device or a
+// preallocated file with cache none, else QEMU's default (threads). Cache
+// none where O_DIRECT does not work, and io native without cache none,
+// are errors naming the field that asked for them (QEMU would refuse
+// both). A shareable disk takes no image locks and lets others write.
+func (b *builder) tuning(disk *v1.Disk, drv Drive, p string) (Cache, AIO, bool) {
+	shared := disk.Shareable != nil && *disk.Shareable
+	mode := v1.DiskCache(disk, drv.DirectIO)
+	if mode == v1.CacheNone && !drv.DirectIO {
+		f := p + ".cache"
+		if disk.Cache == "" {
+			f = p + ".shareable" // its cache is none
+		}
+		b.fail(f, "cache none opens %s with O_DIRECT, which its file system refuses; use writethrough or writeback", drv.Path)
+	}
+	cache, err := CacheFor(mode)
+	if err != nil {
+		b.fail(p+".cache", "%v", err)
+	}
+	var aio AIO
+	switch disk.IO {
+	case "":
+		if v1.DefaultDiskIO(mode, drv.Block, drv.Preallocated) == v1.IONative {
+			aio = AIONative
+		}
+	case v1.IONative:
+		if mode != v1.CacheNone {
+			b.fail(p+".io", "native needs cache none (O_DIRECT), and this disk's cache is %s", mode)
+		}
+		aio = AIONative
+	case v1.IOThreads:
+		aio = AIOThreads
+	default:
+		b.fail(p+".io", "%q: must be native or threads", disk.IO)
+	}
+	return cache, aio, shared
 }

@@ -48,6 +48,13 @@
 //     discards through (discard=unmap). auto-read-only is not used: with
 //     read-only=on it changes nothing, and on a writable disk it would turn
 //     a permission error into a silently read-only disk.
+//   - Cache and io (KubeVirt's rules, v1alpha1.DiskCache and DefaultDiskIO,
+//     over the node's facts Drive.DirectIO and Drive.Preallocated): cache
+//     none is cache.direct=on on both nodes and write-cache=on on the
+//     device, writethrough write-cache=off, writeback write-cache=on; io
+//     native is aio=native on the protocol node (only with cache.direct);
+//     a shareable disk is locking=off on the protocol node and share-rw=on
+//     on the device.
 //   - Buses: SATA is q35's built-in AHCI, one device per port ide.0–ide.5
 //     in disk order (a 7th is an error; QEMU refuses a read-only ide-hd, so
 //     that is an error too); SCSI is one virtio-scsi-pci controller, LUNs in

@@ -24,6 +24,11 @@
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
 //
+// Every volume also says whether its files can be opened with O_DIRECT and
+// whether it is preallocated: the facts behind a disk's default cache and
+// io modes (v1alpha1.DiskCache, DefaultDiskIO), which the command line
+// applies.
+//
 // Whether the guest sees a disk read-only is the command line's decision
 // (disk/cdrom readonly); Volume.ReadOnly only says that the source must not
 // be written (cloud-init ISO, read-only claim).
@@ -104,6 +109,12 @@ type Volume struct {
 	ReadOnly bool   // the source must not be written
 	Block    bool   // Path is a host block device
 	Size     int64  // virtual size, bytes
+	// DirectIO says that Path, and Base under an overlay, can be opened
+	// with O_DIRECT: the disk may run with cache none (DirectIO).
+	DirectIO bool
+	// Preallocated says that Path is a file with every byte allocated
+	// (Preallocated): with cache none, native I/O is the default.
+	Preallocated bool
 
 	// containerDisk only: the read-only cached image under the overlay
 	// (the overlay's backing file) and its detected format.
@@ -218,6 +229,11 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 		v := pr.p.Volumes[g.volume]
 		v.Size = g.size
 		pr.p.Volumes[g.volume] = v
+	}
+	for name, v := range pr.p.Volumes {
+		v.DirectIO = DirectIO(v.Path) && (v.Base == "" || DirectIO(v.Base))
+		v.Preallocated = Preallocated(v.Path, v.Size)
+		pr.p.Volumes[name] = v
 	}
 	return pr.p, nil
 }
