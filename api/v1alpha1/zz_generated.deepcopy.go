@@ -235,6 +235,11 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.BlockMultiQueue != nil {
+		in, out := &in.BlockMultiQueue, &out.BlockMultiQueue
+		*out = new(bool)
+		**out = **in
+	}
 	if in.UseVirtioTransitional != nil {
 		in, out := &in.UseVirtioTransitional, &out.UseVirtioTransitional
 		*out = new(UnsupportedBool)
@@ -264,11 +269,6 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	}
 	if in.AutoattachVSOCK != nil {
 		in, out := &in.AutoattachVSOCK, &out.AutoattachVSOCK
-		*out = new(UnsupportedBool)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.BlockMultiQueue != nil {
-		in, out := &in.BlockMultiQueue, &out.BlockMultiQueue
 		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
@@ -348,6 +348,11 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 		*out = new(uint)
 		**out = **in
 	}
+	if in.DedicatedIOThread != nil {
+		in, out := &in.DedicatedIOThread, &out.DedicatedIOThread
+		*out = new(bool)
+		**out = **in
+	}
 	if in.Shareable != nil {
 		in, out := &in.Shareable, &out.Shareable
 		*out = new(bool)
@@ -356,11 +361,6 @@ func (in *Disk) DeepCopyInto(out *Disk) {
 	if in.LUN != nil {
 		in, out := &in.LUN, &out.LUN
 		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.DedicatedIOThread != nil {
-		in, out := &in.DedicatedIOThread, &out.DedicatedIOThread
-		*out = new(UnsupportedBool)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.Tag != nil {
@@ -440,14 +440,14 @@ func (in *DomainSpec) DeepCopyInto(out *DomainSpec) {
 		(*in).DeepCopyInto(*out)
 	}
 	in.Devices.DeepCopyInto(&out.Devices)
+	if in.IOThreadsPolicy != nil {
+		in, out := &in.IOThreadsPolicy, &out.IOThreadsPolicy
+		*out = new(IOThreadsPolicy)
+		**out = **in
+	}
 	if in.Clock != nil {
 		in, out := &in.Clock, &out.Clock
 		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.IOThreadsPolicy != nil {
-		in, out := &in.IOThreadsPolicy, &out.IOThreadsPolicy
-		*out = new(UnsupportedScalar)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.IOThreads != nil {

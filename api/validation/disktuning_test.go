@@ -38,6 +38,29 @@ func TestValidateDiskTuning(t *testing.T) {
 		{name: "shareable CD-ROM", mutate: func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, v1.Disk{Name: "ci", CDRom: &v1.CDRomTarget{}, Shareable: ptr(true)})
 		}},
+		{name: "iothreads: policies, dedicated virtio disks", mutate: func(vmi *v1.VirtualMachineInstance) {
+			p := v1.IOThreadsPolicyAuto
+			vmi.Spec.Domain.IOThreadsPolicy = &p
+			vmi.Spec.Domain.Devices.Disks[0].DedicatedIOThread = ptr(true)
+			vmi.Spec.Domain.Devices.BlockMultiQueue = ptr(true)
+		}},
+		{name: "dedicated iothread on SCSI", mutate: disk(func(d *v1.Disk) {
+			d.DedicatedIOThread, d.Disk = ptr(true), &v1.DiskTarget{Bus: v1.DiskBusSCSI}
+		}), want: []string{"Invalid value spec.domain.devices.disks[0].dedicatedIOThread"}, detail: "only for virtio disks, not a disk on bus scsi"},
+		{name: "dedicated iothread on a CD-ROM", mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, v1.Disk{Name: "ci", CDRom: &v1.CDRomTarget{}, DedicatedIOThread: ptr(true)})
+		}, want: []string{"Invalid value spec.domain.devices.disks[1].dedicatedIOThread"}, detail: "not a CD-ROM"},
+		{name: "dedicated iothread false on SATA", mutate: disk(func(d *v1.Disk) {
+			d.DedicatedIOThread, d.Disk = ptr(false), &v1.DiskTarget{Bus: v1.DiskBusSATA}
+		})},
+		{name: "supplementalPool", mutate: func(vmi *v1.VirtualMachineInstance) {
+			p := v1.IOThreadsPolicySupplementalPool
+			vmi.Spec.Domain.IOThreadsPolicy = &p
+		}, want: []string{"Invalid value spec.domain.ioThreadsPolicy"}, detail: "supplementalPool is not supported by kemu"},
+		{name: "unknown policy", mutate: func(vmi *v1.VirtualMachineInstance) {
+			p := v1.IOThreadsPolicy("dedicated")
+			vmi.Spec.Domain.IOThreadsPolicy = &p
+		}, want: []string{"Unsupported value spec.domain.ioThreadsPolicy"}, detail: "auto"},
 		{name: "unknown cache", mutate: disk(func(d *v1.Disk) { d.Cache = "unsafe" }),
 			want: []string{"Unsupported value spec.domain.devices.disks[0].cache"}, detail: "writethrough"},
 		{name: "unknown io", mutate: disk(func(d *v1.Disk) { d.IO = "io_uring" }),

@@ -143,10 +143,33 @@ func CacheFor(c v1.DriverCache) (Cache, error) {
 }
 
 // VirtioBlk is a virtio-blk-pci disk.
-type VirtioBlk struct{ BlockDisk }
+type VirtioBlk struct {
+	BlockDisk
+	IOThread  string // the iothread object's id; "" = the main loop
+	NumQueues int    // num-queues; 0 = QEMU's default
+}
 
 // Args implements Device.
-func (v VirtioBlk) Args() ([]string, error) { return v.opts("virtio-blk-pci").arg("-device") }
+func (v VirtioBlk) Args() ([]string, error) {
+	o := v.opts("virtio-blk-pci").addNonEmpty("iothread", v.IOThread)
+	if v.NumQueues < 0 || v.NumQueues > MaxBlockQueues {
+		return nil, fmt.Errorf("-device virtio-blk-pci: num-queues %d out of range 1-%d", v.NumQueues, MaxBlockQueues)
+	}
+	if v.NumQueues > 0 {
+		o.addInt("num-queues", v.NumQueues)
+	}
+	return o.arg("-device")
+}
+
+// MaxBlockQueues is virtio-blk's limit on queues (VIRTIO_QUEUE_MAX).
+const MaxBlockQueues = 1024
+
+// IOThread is a QEMU iothread (-object iothread): an event loop of its
+// own for the virtio disks attached to it.
+type IOThread struct{ ID string }
+
+// Args implements Device.
+func (i IOThread) Args() ([]string, error) { return newOpts("iothread").add("id", i.ID).arg("-object") }
 
 // SCSIController is a virtio-scsi-pci controller; its bus is "<ID>.0".
 type SCSIController struct{ ID string }

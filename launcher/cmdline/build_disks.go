@@ -7,12 +7,18 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 )
 
-// disks: per disk a protocol node, a format node and a guest device.
-// virtio → virtio-blk-pci; scsi → scsi-hd/scsi-cd on one virtio-scsi
-// controller (LUNs in disk order); sata → ide-hd/ide-cd on q35's AHCI
-// ports in disk order.
+// disks: the iothreads (v1alpha1.PlanIOThreads), then per disk a protocol
+// node, a format node and a guest device. virtio → virtio-blk-pci (its
+// iothread, num-queues with blockMultiQueue); scsi → scsi-hd/scsi-cd on one
+// virtio-scsi controller (LUNs in disk order); sata → ide-hd/ide-cd on
+// q35's AHCI ports in disk order.
 func (b *builder) disks() {
 	d := &b.vmi.Spec.Domain
+	plan := v1.PlanIOThreads(&b.vmi.Spec)
+	for n := 1; n <= plan.Threads; n++ {
+		b.add("spec.domain.ioThreadsPolicy", IOThread{ID: IOThreadID(n)})
+	}
+	queues := v1.BlockQueues(d)
 	for _, disk := range d.Devices.Disks {
 		if disk.Disk != nil && disk.Disk.Bus == v1.DiskBusSCSI || disk.CDRom != nil && disk.CDRom.Bus == v1.DiskBusSCSI {
 			b.add("spec.domain.devices.disks", SCSIController{ID: SCSIControllerID})
@@ -85,7 +91,11 @@ func (b *builder) disks() {
 			if cdrom {
 				b.fail(target, "a CD-ROM cannot be on virtio; use sata or scsi")
 			}
-			b.add(p, VirtioBlk{bd})
+			blk := VirtioBlk{BlockDisk: bd, NumQueues: queues}
+			if n := plan.Disks[disk.Name]; n > 0 {
+				blk.IOThread = IOThreadID(n)
+			}
+			b.add(p, blk)
 		case v1.DiskBusSCSI:
 			b.add(p, SCSIDisk{BlockDisk: bd, Bus: SCSIControllerID + ".0", LUN: lun, CDROM: cdrom})
 			lun++

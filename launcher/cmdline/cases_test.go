@@ -167,6 +167,16 @@ var cases = []testCase{
 		in.Drives["writethrough"] = Drive{Path: e.image(t, "writethrough", FormatQCOW2, 6*mib), Format: FormatQCOW2, DirectIO: true}
 		in.Drives["shared"] = Drive{Path: e.image(t, "shared", FormatRaw, 9*mib), Format: FormatRaw, DirectIO: true}
 	}},
+	{name: "iothreads", vmi: "iothreads", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
+		}
+	}},
+	{name: "iothreads-shared", vmi: "iothreads-shared", setup: func(t testing.TB, e env, in *Input) {
+		for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
+		}
+	}},
 	{name: "escaping", vmi: "escaping", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		name := in.VMI.Spec.Domain.Devices.Disks[0].Name
 		in.Drives[name] = Drive{Path: e.image(t, "vol,1/data", FormatRaw, 4*mib), Format: FormatRaw}

@@ -490,12 +490,62 @@ func checkDiskTuning(ctx context.Context, t *testing.T, mon *qmp.Monitor, pid in
 			t.Errorf("disk %s (shareable %v): QEMU holds %d locks on %s", d.Name, shared, held, drv.Path)
 		}
 	}
+	checkIOThreads(ctx, t, mon, in)
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if aio := strings.Contains(string(maps), "/[aio]"); aio != native {
 		t.Errorf("QEMU has a Linux AIO ring: %v; some disk has io native: %v", aio, native)
+	}
+}
+
+// checkIOThreads compares QEMU's iothreads (query-iothreads) and each
+// virtio disk's iothread and queues (qom-get) with KubeVirt's plan
+// (v1.PlanIOThreads, BlockQueues).
+func checkIOThreads(ctx context.Context, t *testing.T, mon *qmp.Monitor, in Input) {
+	t.Helper()
+	plan := v1.PlanIOThreads(&in.VMI.Spec)
+	var threads []struct {
+		ID     string `json:"id"`
+		Thread int    `json:"thread-id"`
+	}
+	if err := mon.Execute(ctx, "query-iothreads", nil, &threads); err != nil {
+		t.Fatalf("query-iothreads: %v", err)
+	}
+	var ids []string
+	for _, th := range threads {
+		ids = append(ids, th.ID)
+	}
+	var want []string
+	for n := 1; n <= plan.Threads; n++ {
+		want = append(want, IOThreadID(n))
+	}
+	slices.Sort(ids)
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Errorf("query-iothreads: %q, want %q", ids, want)
+	}
+	for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+		if !v1.DiskHasIOThread(&d) {
+			continue
+		}
+		dev := "/machine/peripheral/" + DiskDeviceID(d.Name)
+		var link string
+		err := mon.Execute(ctx, "qom-get", map[string]any{"path": dev, "property": "iothread"}, &link)
+		wantLink := ""
+		if n := plan.Disks[d.Name]; n > 0 {
+			wantLink = "/objects/" + IOThreadID(n)
+		}
+		if err != nil || link != wantLink {
+			t.Errorf("disk %s: iothread %q (%v), want %q", d.Name, link, err, wantLink)
+		}
+		var queues int
+		if err := mon.Execute(ctx, "qom-get", map[string]any{"path": dev, "property": "num-queues"}, &queues); err != nil {
+			t.Errorf("disk %s: num-queues: %v", d.Name, err)
+		} else if q := v1.BlockQueues(&in.VMI.Spec.Domain); q > 0 && queues != q {
+			t.Errorf("disk %s: num-queues %d, want %d (blockMultiQueue)", d.Name, queues, q)
+		}
 	}
 }
 
@@ -663,6 +713,17 @@ var checks = map[string]func(ctx context.Context, t *testing.T, w *testguest.Wat
 				t.Errorf("disk %s: the guest's write_cache is %q, want %q", d.serial, got, d.cache)
 			}
 		}
+	},
+	"iothreads": func(ctx context.Context, t *testing.T, w *testguest.Watcher, in Input) {
+		expect(ctx, t, w, testguest.KindReady, "cpus", "2")
+		// The guest's virtio-blk driver made one hardware queue per vCPU.
+		for _, serial := range []string{"first", "second", "own"} {
+			m := expect(ctx, t, w, testguest.KindBlock, "serial", serial, "bus", "virtio")
+			if got := guestRun(ctx, t, in, "/bin/ls", "/sys/block/"+m.Field("name")+"/mq"); got != "0\n1" {
+				t.Errorf("disk %s: the guest's queues %q, want 0 and 1", serial, got)
+			}
+		}
+		expect(ctx, t, w, testguest.KindBlock, "serial", "on-sata", "bus", "sata")
 	},
 	"escaping": func(ctx context.Context, t *testing.T, w *testguest.Watcher, in Input) {
 		expect(ctx, t, w, testguest.KindBlock, "serial", "long-name", "bus", "virtio", "size", fmt.Sprint(4*mib))

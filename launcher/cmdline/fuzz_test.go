@@ -239,7 +239,7 @@ var argvSpec = map[string]struct {
 var blockDeviceKeys = []string{"driver", "drive", "id", "serial", "bootindex", "write-cache", "share-rw"}
 
 var deviceKeys = map[string][]string{
-	"virtio-blk-pci":     blockDeviceKeys,
+	"virtio-blk-pci":     append(slices.Clone(blockDeviceKeys), "iothread", "num-queues"),
 	"scsi-hd":            append(slices.Clone(blockDeviceKeys), "bus", "channel", "scsi-id", "lun"),
 	"scsi-cd":            append(slices.Clone(blockDeviceKeys), "bus", "channel", "scsi-id", "lun"),
 	"ide-hd":             append(slices.Clone(blockDeviceKeys), "bus"),
