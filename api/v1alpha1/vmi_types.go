@@ -561,11 +561,14 @@ type Volume struct {
 	// PersistentVolumeClaim is a file or block device from a PVC.
 	// +optional
 	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
+	// Ephemeral is a PVC used read-only under a throw-away overlay: the
+	// guest's writes live and die with the VMI.
+	// +optional
+	Ephemeral *EphemeralVolumeSource `json:"ephemeral,omitempty"`
 
 	DataVolume           *Unsupported `json:"dataVolume,omitempty"`
 	CloudInitConfigDrive *Unsupported `json:"cloudInitConfigDrive,omitempty"`
 	Sysprep              *Unsupported `json:"sysprep,omitempty"`
-	Ephemeral            *Unsupported `json:"ephemeral,omitempty"`
 	ConfigMap            *Unsupported `json:"configMap,omitempty"`
 	Secret               *Unsupported `json:"secret,omitempty"`
 	ServiceAccount       *Unsupported `json:"serviceAccount,omitempty"`
@@ -651,6 +654,14 @@ type PersistentVolumeClaimVolumeSource struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 
 	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
+}
+
+// EphemeralVolumeSource is a PVC under a throw-away qcow2 overlay.
+type EphemeralVolumeSource struct {
+	// PersistentVolumeClaim is the claim, as file system (disk.img) or
+	// block; the launcher Pod mounts it read-only whatever readOnly says.
+	// +optional
+	PersistentVolumeClaim *corev1.PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
 }
 
 // Network is a named network an interface attaches.

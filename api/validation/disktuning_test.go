@@ -6,11 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
-// TestValidateDiskTuning: cache, io and shareable (KubeVirt's rules and
-// what QEMU refuses), each error on the field at fault and saying why.
+// TestValidateDiskTuning: iothreads, cache, io and shareable (KubeVirt's
+// rules and what QEMU refuses) and ephemeral volumes, each error on the
+// field at fault and saying why.
 func TestValidateDiskTuning(t *testing.T) {
 	disk := func(mutate func(*v1.Disk)) func(*v1.VirtualMachineInstance) {
 		return func(vmi *v1.VirtualMachineInstance) { mutate(&vmi.Spec.Domain.Devices.Disks[0]) }
@@ -61,6 +64,27 @@ func TestValidateDiskTuning(t *testing.T) {
 			p := v1.IOThreadsPolicy("dedicated")
 			vmi.Spec.Domain.IOThreadsPolicy = &p
 		}, want: []string{"Unsupported value spec.domain.ioThreadsPolicy"}, detail: "auto"},
+		{name: "ephemeral volume", mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Volumes[0] = v1.Volume{Name: "root", Ephemeral: &v1.EphemeralVolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden-image"}}}
+		}},
+		{name: "ephemeral on SATA (the overlay is writable)", mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices.Disks[0].Disk = &v1.DiskTarget{Bus: v1.DiskBusSATA}
+			vmi.Spec.Volumes[0] = v1.Volume{Name: "root", Ephemeral: &v1.EphemeralVolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden-image", ReadOnly: true}}}
+		}},
+		{name: "ephemeral without a claim", mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Volumes[0] = v1.Volume{Name: "root", Ephemeral: &v1.EphemeralVolumeSource{}}
+		}, want: []string{"Required value spec.volumes[0].ephemeral.persistentVolumeClaim"}, detail: "throw-away overlay"},
+		{name: "ephemeral with a bad claim name", mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Volumes[0] = v1.Volume{Name: "root", Ephemeral: &v1.EphemeralVolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "Bad_Name"}}}
+		}, want: []string{"Invalid value spec.volumes[0].ephemeral.persistentVolumeClaim.claimName"}, detail: "lowercase"},
+		{name: "ephemeral and a PVC in one volume", mutate: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Volumes[0] = v1.Volume{Name: "root", Ephemeral: &v1.EphemeralVolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "a"}},
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "a"}}
+		}, want: []string{"Invalid value spec.volumes[0]"}, detail: "persistentVolumeClaim, ephemeral"},
 		{name: "unknown cache", mutate: disk(func(d *v1.Disk) { d.Cache = "unsafe" }),
 			want: []string{"Unsupported value spec.domain.devices.disks[0].cache"}, detail: "writethrough"},
 		{name: "unknown io", mutate: disk(func(d *v1.Disk) { d.IO = "io_uring" }),

@@ -392,7 +392,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		sources := volumeSources(v)
 		switch {
 		case len(sources) == 0:
-			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, emptyDisk, hostDisk or persistentVolumeClaim"))
+			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, emptyDisk, hostDisk, persistentVolumeClaim or ephemeral"))
 		case len(sources) > 1:
 			allErrs = append(allErrs, field.Invalid(p, strings.Join(sources, ", "), "a volume has exactly one source"))
 		}
@@ -447,6 +447,14 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		if pvc := v.PersistentVolumeClaim; pvc != nil {
 			allErrs = append(allErrs, claimName(p.Child("persistentVolumeClaim", "claimName"), pvc.ClaimName)...)
 		}
+		if e := v.Ephemeral; e != nil {
+			ep := p.Child("ephemeral", "persistentVolumeClaim")
+			if e.PersistentVolumeClaim == nil {
+				allErrs = append(allErrs, field.Required(ep, "an ephemeral volume is a PVC under a throw-away overlay"))
+			} else {
+				allErrs = append(allErrs, claimName(ep.Child("claimName"), e.PersistentVolumeClaim.ClaimName)...)
+			}
+		}
 	}
 
 	// Every disk attaches a volume of its name.
@@ -481,6 +489,7 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.EmptyDisk != nil, "emptyDisk")
 	add(v.HostDisk != nil, "hostDisk")
 	add(v.PersistentVolumeClaim != nil, "persistentVolumeClaim")
+	add(v.Ephemeral != nil, "ephemeral")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {
@@ -488,7 +497,7 @@ func volumeSources(v *v1.Volume) []string {
 		name string
 	}{
 		{v.DataVolume != nil, "dataVolume"}, {v.CloudInitConfigDrive != nil, "cloudInitConfigDrive"},
-		{v.Sysprep != nil, "sysprep"}, {v.Ephemeral != nil, "ephemeral"}, {v.ConfigMap != nil, "configMap"},
+		{v.Sysprep != nil, "sysprep"}, {v.ConfigMap != nil, "configMap"},
 		{v.Secret != nil, "secret"}, {v.ServiceAccount != nil, "serviceAccount"}, {v.DownwardAPI != nil, "downwardAPI"},
 		{v.DownwardMetrics != nil, "downwardMetrics"}, {v.MemoryDump != nil, "memoryDump"},
 	} {

@@ -133,7 +133,7 @@ func launcherInput(t *testing.T, vmi *v1.VirtualMachineInstance, mode uint8) Inp
 	in := Input{VMI: vmi, Facts: e.facts(AccelTCG), Paths: e.paths(), Drives: map[string]Drive{}, Incoming: mode&modeIncoming != 0}
 	for _, v := range vmi.Spec.Volumes {
 		switch {
-		case v.ContainerDisk != nil, v.EmptyDisk != nil:
+		case v.ContainerDisk != nil, v.EmptyDisk != nil, v.Ephemeral != nil:
 			in.Drives[v.Name] = Drive{Path: path.Join(fuzzRuntimeDir, v.Name+".qcow2"), Format: FormatQCOW2}
 		case v.HostDisk != nil:
 			in.Drives[v.Name] = Drive{Path: path.Clean(v.HostDisk.Path), Format: FormatRaw}
