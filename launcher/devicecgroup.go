@@ -17,12 +17,16 @@ import (
 
 // deviceCgroup creates QEMU's cgroup with the devices its VMI needs: the
 // basics, /dev/kvm under KVM, /dev/net/tun and /dev/vhost-net for taps,
-// and the block devices of block-mode volumes. It returns the group's fd.
+// and the block devices of block-mode volumes (and of block-mode claims
+// under ephemeral overlays). It returns the group's fd.
 func (l *Launcher) deviceCgroup(accel string, vhostNet bool) (int, error) {
 	var blocks []string
 	for _, v := range l.prepared.Volumes {
 		if v.Block {
 			blocks = append(blocks, v.Path)
+		}
+		if v.BaseBlock { // an ephemeral volume's block-mode claim, read under its overlay
+			blocks = append(blocks, v.Base)
 		}
 	}
 	taps := false

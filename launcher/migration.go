@@ -138,7 +138,9 @@ type copiedDisk struct {
 }
 
 // copiedDisks lists the VM's disks that must be copied: writable
-// containerDisk overlays and emptyDisks. Shared storage (PVCs, hostDisks)
+// containerDisk and ephemeral overlays and emptyDisks (an overlay's target
+// has the same base: the image, or the claim, which both nodes attach).
+// Shared storage (PVCs, hostDisks)
 // is not copied, nor are disks nobody writes (read-only disks, the
 // cloud-init ISO the target makes itself from the same VMI).
 func (l *Launcher) copiedDisks() ([]copiedDisk, error) {
@@ -152,7 +154,7 @@ func (l *Launcher) copiedDisks() ([]copiedDisk, error) {
 			continue
 		}
 		switch v.Kind {
-		case storage.KindContainerDisk, storage.KindEmptyDisk:
+		case storage.KindContainerDisk, storage.KindEmptyDisk, storage.KindEphemeral:
 			out = append(out, copiedDisk{Name: d.Name, Node: cmdline.NodeName(d.Name), Size: v.Size})
 		}
 	}

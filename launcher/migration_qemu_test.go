@@ -5,10 +5,14 @@ package launcher
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -41,7 +45,12 @@ type target struct {
 
 func startTarget(t testing.TB, yaml string) *target {
 	t.Helper()
-	l, err := New(newConfig(t, parseVMI(t, yaml)))
+	return startTargetConfig(t, newConfig(t, parseVMI(t, yaml)))
+}
+
+func startTargetConfig(t testing.TB, cfg Config) *target {
+	t.Helper()
+	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +73,11 @@ func startTarget(t testing.TB, yaml string) *target {
 
 // bootedSource starts the source guest and waits for its first tick.
 func bootedSource(t testing.TB, yaml string) (*vm, testguest.Marker) {
-	src := start(t, newConfig(t, parseVMI(t, yaml)))
+	return bootedSourceConfig(t, newConfig(t, parseVMI(t, yaml)))
+}
+
+func bootedSourceConfig(t testing.TB, cfg Config) (*vm, testguest.Marker) {
+	src := start(t, cfg)
 	src.wait(bootTimeout, testguest.IsKind("ready"))
 	return src, src.wait(bootTimeout, testguest.IsKind("tick"))
 }
@@ -107,9 +120,84 @@ func tickN(t *testing.T, m testguest.Marker) int64 {
 // waits paused until FinalizeMigration ends it (Shutoff, Migrated).
 func TestMigrationIdleGuest(t *testing.T) {
 	src, tick := bootedSource(t, migrationVMI)
-	dst := startTarget(t, migrationVMI)
+	migrateIdle(t, src, tick, startTarget(t, migrationVMI))
+}
+
+// The disk tuning of issue 22 moves with the guest: iothreads (the target
+// builds them from the same VMI, with the same ids), one queue per vCPU,
+// cache none, and an ephemeral volume's overlay, copied over the disk
+// channel like a containerDisk's onto the target's own overlay over the
+// same (shared) claim.
+const migrationTunedVMI = `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: mig-tuned}
+spec:
+  domain:
+    ioThreadsPolicy: auto
+    cpu: {cores: 2}
+    memory: {guest: 256Mi}
+    devices:
+      autoattachPodInterface: false
+      blockMultiQueue: true
+      disks:
+      - {name: root, bootOrder: 1, disk: {bus: virtio}}
+      - {name: eph, serial: eph-1, dedicatedIOThread: true, disk: {bus: virtio}}
+  volumes:
+  - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
+  - {name: eph, ephemeral: {persistentVolumeClaim: {claimName: golden}}}
+`
+
+func TestMigrationDiskTuning(t *testing.T) {
+	pvcRoot := shortDir(t)
+	if err := os.MkdirAll(filepath.Join(pvcRoot, "golden"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pvcRoot, "golden", "disk.img"), make([]byte, 16<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	config := func() Config {
+		cfg := newConfig(t, parseVMI(t, migrationTunedVMI))
+		cfg.PVCRoot = pvcRoot
+		return cfg
+	}
+	src, tick := bootedSourceConfig(t, config())
+	dst := startTargetConfig(t, config())
+	copied, err := src.l.copiedDisks()
+	if err != nil || len(copied) != 2 {
+		t.Fatalf("copied disks %+v (%v): want the containerDisk's and the ephemeral overlay", copied, err)
+	}
+	iothreads := func(l *Launcher) []string {
+		var threads []struct {
+			ID string `json:"id"`
+		}
+		if err := l.Monitor().Execute(ctxFor(t, stepTimeout), "query-iothreads", nil, &threads); err != nil {
+			t.Fatalf("query-iothreads: %v", err)
+		}
+		var ids []string
+		for _, th := range threads {
+			ids = append(ids, th.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	srcThreads := iothreads(src.l)
+	if dstThreads := iothreads(dst.l); len(srcThreads) != 2 || !slices.Equal(srcThreads, dstThreads) {
+		t.Errorf("iothreads: source %q, target %q", srcThreads, dstThreads)
+	}
+	migrateIdle(t, src, tick, dst)
+	var link string
+	if err := dst.l.Monitor().Execute(ctxFor(t, stepTimeout), "qom-get",
+		map[string]any{"path": "/machine/peripheral/" + cmdline.DiskDeviceID("eph"), "property": "iothread"}, &link); err != nil || link != "/objects/"+cmdline.IOThreadID(2) {
+		t.Errorf("the target's ephemeral disk: iothread %q (%v)", link, err)
+	}
+}
+
+// migrateIdle migrates a booted, idle guest to dst and checks that it runs
+// on there without booting again.
+func migrateIdle(t *testing.T, src *vm, tick testguest.Marker, dst *target) {
+	t.Helper()
 	if dst.at.DiskSocket == "" {
-		t.Fatal("no NBD socket: the containerDisk and emptyDisk must be copied")
+		t.Fatal("no NBD socket: the local disks must be copied")
 	}
 	t0 := time.Now()
 	if err := src.l.Migrate(ctxFor(t, stepTimeout), dst.at, MigrationOptions{}); err != nil {

@@ -73,7 +73,8 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.nics,
 		Drives: map[string]cmdline.Drive{}, Incoming: incoming}
 	for name, v := range l.prepared.Volumes {
-		in.Drives[name] = cmdline.Drive{Path: v.Path, Format: v.Format, ReadOnly: v.ReadOnly, Block: v.Block}
+		in.Drives[name] = cmdline.Drive{Path: v.Path, Format: v.Format, ReadOnly: v.ReadOnly, Block: v.Block,
+			DirectIO: v.DirectIO, Preallocated: v.Preallocated}
 	}
 	if k := l.prepared.Kernel; k != nil {
 		in.Kernel = &cmdline.KernelBoot{Kernel: k.Kernel, Initrd: k.Initrd}

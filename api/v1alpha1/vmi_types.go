@@ -146,13 +146,33 @@ type DomainSpec struct {
 	// Devices: disks, interfaces, and automatically attached devices.
 	Devices Devices `json:"devices"`
 
-	Clock           *Unsupported       `json:"clock,omitempty"`
-	IOThreadsPolicy *UnsupportedScalar `json:"ioThreadsPolicy,omitempty"`
-	IOThreads       *Unsupported       `json:"ioThreads,omitempty"`
-	Chassis         *Unsupported       `json:"chassis,omitempty"`
-	LaunchSecurity  *Unsupported       `json:"launchSecurity,omitempty"`
-	RebootPolicy    *UnsupportedScalar `json:"rebootPolicy,omitempty"`
+	// IOThreadsPolicy gives virtio disks QEMU iothreads (KubeVirt's rules,
+	// PlanIOThreads): shared, one iothread for every disk without a
+	// dedicated one; auto, a pool of two per requested CPU shared round
+	// robin. supplementalPool is refused (QEMU 7.2 cannot spread one disk's
+	// queues over several iothreads). Unset: iothreads only for disks with
+	// dedicatedIOThread.
+	// +optional
+	// +kubebuilder:validation:Enum=shared;auto;supplementalPool
+	// +kubebuilder:validation:XValidation:rule="self != 'supplementalPool'",message="supplementalPool is not supported by kemu: its QEMU (7.2) gives a disk one iothread, not a pool; use shared or auto"
+	IOThreadsPolicy *IOThreadsPolicy `json:"ioThreadsPolicy,omitempty"`
+
+	Clock          *Unsupported       `json:"clock,omitempty"`
+	IOThreads      *Unsupported       `json:"ioThreads,omitempty"`
+	Chassis        *Unsupported       `json:"chassis,omitempty"`
+	LaunchSecurity *Unsupported       `json:"launchSecurity,omitempty"`
+	RebootPolicy   *UnsupportedScalar `json:"rebootPolicy,omitempty"`
 }
+
+// IOThreadsPolicy is how iothreads are given to disks.
+type IOThreadsPolicy string
+
+// IOThreads policies (KubeVirt's).
+const (
+	IOThreadsPolicyShared           IOThreadsPolicy = "shared"
+	IOThreadsPolicyAuto             IOThreadsPolicy = "auto"
+	IOThreadsPolicySupplementalPool IOThreadsPolicy = "supplementalPool"
+)
 
 // ResourceRequirements are the launcher Pod's compute resources.
 type ResourceRequirements struct {
@@ -341,6 +361,10 @@ type Devices struct {
 	// queue per vCPU (at most 8; netsetup.MaxQueues).
 	// +optional
 	NetworkInterfaceMultiqueue *bool `json:"networkInterfaceMultiqueue,omitempty"`
+	// BlockMultiQueue gives each virtio-blk disk one queue per vCPU
+	// (num-queues).
+	// +optional
+	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`
 
 	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
 	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
@@ -348,7 +372,6 @@ type Devices struct {
 	Inputs                UnsupportedList  `json:"inputs,omitempty"`
 	AutoattachInputDevice *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
 	AutoattachVSOCK       *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
-	BlockMultiQueue       *UnsupportedBool `json:"blockMultiQueue,omitempty"`
 	GPUs                  UnsupportedList  `json:"gpus,omitempty"`
 	DownwardMetrics       *Unsupported     `json:"downwardMetrics,omitempty"`
 	Filesystems           UnsupportedList  `json:"filesystems,omitempty"`
@@ -387,15 +410,51 @@ type Disk struct {
 	// +kubebuilder:validation:MaxLength=20
 	Serial string `json:"serial,omitempty"`
 
-	LUN               *Unsupported       `json:"lun,omitempty"`
-	DedicatedIOThread *UnsupportedBool   `json:"dedicatedIOThread,omitempty"`
-	Cache             *UnsupportedScalar `json:"cache,omitempty"`
-	IO                *UnsupportedScalar `json:"io,omitempty"`
-	Tag               *UnsupportedScalar `json:"tag,omitempty"`
-	BlockSize         *Unsupported       `json:"blockSize,omitempty"`
-	Shareable         *UnsupportedBool   `json:"shareable,omitempty"`
-	ErrorPolicy       *UnsupportedScalar `json:"errorPolicy,omitempty"`
+	// DedicatedIOThread gives this disk a QEMU iothread of its own; virtio
+	// only.
+	// +optional
+	DedicatedIOThread *bool `json:"dedicatedIOThread,omitempty"`
+	// Cache is the host page cache mode: none (O_DIRECT), writethrough or
+	// writeback. Unset: none where the file can be opened with O_DIRECT,
+	// else writethrough (decided on the node).
+	// +optional
+	// +kubebuilder:validation:Enum=none;writethrough;writeback
+	Cache DriverCache `json:"cache,omitempty"`
+	// IO is QEMU's asynchronous I/O: native (Linux AIO; needs cache none)
+	// or threads. Unset: native for a block device or a preallocated file
+	// with cache none, else threads.
+	// +optional
+	// +kubebuilder:validation:Enum=native;threads
+	IO DriverIO `json:"io,omitempty"`
+	// Shareable lets other VMs attach the same storage: no image locking,
+	// share-rw on the device; needs cache none (its default then).
+	// +optional
+	Shareable *bool `json:"shareable,omitempty"`
+
+	LUN         *Unsupported       `json:"lun,omitempty"`
+	Tag         *UnsupportedScalar `json:"tag,omitempty"`
+	BlockSize   *Unsupported       `json:"blockSize,omitempty"`
+	ErrorPolicy *UnsupportedScalar `json:"errorPolicy,omitempty"`
 }
+
+// DriverCache is a disk's host cache mode.
+type DriverCache string
+
+// Cache modes (KubeVirt's).
+const (
+	CacheNone         DriverCache = "none"
+	CacheWriteThrough DriverCache = "writethrough"
+	CacheWriteBack    DriverCache = "writeback"
+)
+
+// DriverIO is a disk's asynchronous I/O mode.
+type DriverIO string
+
+// I/O modes (KubeVirt's).
+const (
+	IONative  DriverIO = "native"
+	IOThreads DriverIO = "threads"
+)
 
 // DiskBus is how a disk is attached.
 // +kubebuilder:validation:Enum=virtio;sata;scsi
@@ -514,6 +573,10 @@ type Volume struct {
 	// PersistentVolumeClaim is a file or block device from a PVC.
 	// +optional
 	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
+	// Ephemeral is a PVC used read-only under a throw-away overlay: the
+	// guest's writes live and die with the VMI.
+	// +optional
+	Ephemeral *EphemeralVolumeSource `json:"ephemeral,omitempty"`
 
 	// ConfigMap is a ConfigMap of the VMI's namespace as an ISO image
 	// (label volumeLabel, else "cfgdata"), one file per key, as KubeVirt
@@ -541,7 +604,6 @@ type Volume struct {
 	Sysprep *SysprepSource `json:"sysprep,omitempty"`
 
 	DataVolume      *Unsupported `json:"dataVolume,omitempty"`
-	Ephemeral       *Unsupported `json:"ephemeral,omitempty"`
 	DownwardMetrics *Unsupported `json:"downwardMetrics,omitempty"`
 	MemoryDump      *Unsupported `json:"memoryDump,omitempty"`
 }
@@ -707,6 +769,14 @@ type PersistentVolumeClaimVolumeSource struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 
 	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
+}
+
+// EphemeralVolumeSource is a PVC under a throw-away qcow2 overlay.
+type EphemeralVolumeSource struct {
+	// PersistentVolumeClaim is the claim, as file system (disk.img) or
+	// block; the launcher Pod mounts it read-only whatever readOnly says.
+	// +optional
+	PersistentVolumeClaim *corev1.PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
 }
 
 // Network is a named network an interface attaches.

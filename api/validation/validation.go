@@ -207,6 +207,55 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 			allErrs = append(allErrs, field.Invalid(p.Child("serial"), s,
 				"must be at most 20 characters of A-Z, a-z, 0-9, '_', '.', '+', '-'"))
 		}
+		allErrs = append(allErrs, validateDiskTuning(&disk, p)...)
+	}
+	if pol := d.IOThreadsPolicy; pol != nil {
+		p := fldPath.Child("ioThreadsPolicy")
+		switch *pol {
+		case v1.IOThreadsPolicyShared, v1.IOThreadsPolicyAuto:
+		case v1.IOThreadsPolicySupplementalPool:
+			allErrs = append(allErrs, field.Invalid(p, *pol,
+				"supplementalPool is not supported by kemu: its QEMU (7.2) gives a disk one iothread, not a pool; use shared or auto"))
+		default:
+			allErrs = append(allErrs, field.NotSupported(p, *pol,
+				[]string{string(v1.IOThreadsPolicyShared), string(v1.IOThreadsPolicyAuto)}))
+		}
+	}
+	return allErrs
+}
+
+// validateDiskTuning checks a disk's iothread, cache, io and shareable
+// (KubeVirt's rules, and what QEMU would refuse): dedicated iothreads only
+// on virtio disks (KubeVirt's admitter; QEMU's SATA and SCSI disks have no
+// iothread of their own), the cache and io values, io native only with cache none (QEMU: "aio=native
+// was specified, but it requires cache.direct=on"), a shareable disk only
+// with cache none. Whether cache none is possible at all (O_DIRECT) is a
+// fact of the node's file system: the launcher refuses it there, naming
+// the cache field.
+func validateDiskTuning(disk *v1.Disk, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if dd := disk.DedicatedIOThread; dd != nil && *dd && !v1.DiskHasIOThread(disk) {
+		what := "a CD-ROM"
+		if disk.Disk != nil {
+			what = fmt.Sprintf("a disk on bus %s", disk.Disk.Bus)
+		}
+		allErrs = append(allErrs, field.Invalid(p.Child("dedicatedIOThread"), true,
+			fmt.Sprintf("iothreads are only for virtio disks, not %s", what)))
+	}
+	if c := disk.Cache; c != "" {
+		allErrs = append(allErrs, oneOf(p.Child("cache"), string(c),
+			string(v1.CacheNone), string(v1.CacheWriteThrough), string(v1.CacheWriteBack))...)
+	}
+	if io := disk.IO; io != "" {
+		allErrs = append(allErrs, oneOf(p.Child("io"), string(io), string(v1.IONative), string(v1.IOThreads))...)
+		if io == v1.IONative && disk.Cache != "" && disk.Cache != v1.CacheNone {
+			allErrs = append(allErrs, field.Invalid(p.Child("io"), io,
+				fmt.Sprintf("native needs cache none (O_DIRECT), not %s", disk.Cache)))
+		}
+	}
+	if sh := disk.Shareable; sh != nil && *sh && disk.Cache != "" && disk.Cache != v1.ShareableDiskCache {
+		allErrs = append(allErrs, field.Invalid(p.Child("cache"), disk.Cache,
+			fmt.Sprintf("a shareable disk needs cache %s (its default)", v1.ShareableDiskCache)))
 	}
 	return allErrs
 }
@@ -358,7 +407,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		switch {
 		case len(sources) == 0:
 			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
-				"emptyDisk, hostDisk, persistentVolumeClaim, configMap, secret, serviceAccount, downwardAPI or sysprep"))
+				"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI or sysprep"))
 		case len(sources) > 1:
 			allErrs = append(allErrs, field.Invalid(p, strings.Join(sources, ", "), "a volume has exactly one source"))
 		}
@@ -420,11 +469,14 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 			}
 		}
 		if pvc := v.PersistentVolumeClaim; pvc != nil {
-			pp := p.Child("persistentVolumeClaim", "claimName")
-			if pvc.ClaimName == "" {
-				allErrs = append(allErrs, field.Required(pp, ""))
+			allErrs = append(allErrs, claimName(p.Child("persistentVolumeClaim", "claimName"), pvc.ClaimName)...)
+		}
+		if e := v.Ephemeral; e != nil {
+			ep := p.Child("ephemeral", "persistentVolumeClaim")
+			if e.PersistentVolumeClaim == nil {
+				allErrs = append(allErrs, field.Required(ep, "an ephemeral volume is a PVC under a throw-away overlay"))
 			} else {
-				allErrs = append(allErrs, dnsSubdomain(pp, pvc.ClaimName)...)
+				allErrs = append(allErrs, claimName(ep.Child("claimName"), e.PersistentVolumeClaim.ClaimName)...)
 			}
 		}
 	}
@@ -437,6 +489,16 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		}
 	}
 	return allErrs
+}
+
+// claimName checks a PVC's name: required, a DNS subdomain (the API
+// server's rule for PVCs; it is also a directory under the launcher's
+// claims directory).
+func claimName(p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	return dnsSubdomain(p, name)
 }
 
 func volumeSources(v *v1.Volume) []string {
@@ -457,13 +519,14 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.ServiceAccount != nil, "serviceAccount")
 	add(v.DownwardAPI != nil, "downwardAPI")
 	add(v.Sysprep != nil, "sysprep")
+	add(v.Ephemeral != nil, "ephemeral")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {
 		set  bool
 		name string
 	}{
-		{v.DataVolume != nil, "dataVolume"}, {v.Ephemeral != nil, "ephemeral"},
+		{v.DataVolume != nil, "dataVolume"},
 		{v.DownwardMetrics != nil, "downwardMetrics"}, {v.MemoryDump != nil, "memoryDump"},
 	} {
 		add(u.set, u.name)

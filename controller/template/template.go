@@ -216,8 +216,9 @@ func (b *builder) volumes() error {
 		case vol.ContainerDisk != nil:
 			b.containerDisk(diskIndex, &vol)
 			diskIndex++
-		case vol.PersistentVolumeClaim != nil:
-			b.pvc(vol.PersistentVolumeClaim)
+		case vol.PersistentVolumeClaim != nil, vol.Ephemeral != nil:
+			claim, readOnly, _ := v1.VolumeClaim(&vol)
+			b.pvc(claim, readOnly)
 		case vol.HostDisk != nil:
 			if err := b.hostDisk(vol.HostDisk); err != nil {
 				return err
@@ -330,21 +331,34 @@ func (b *builder) containerDisk(i int, vol *v1.Volume) {
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: dst, ReadOnly: true})
 }
 
-func (b *builder) pvc(c *v1.PersistentVolumeClaimVolumeSource) {
-	name := "pvc-" + shortHash(c.ClaimName)
-	for _, v := range b.podVolumes {
-		if v.Name == name {
-			return // the same claim used twice
+// pvc attaches a claim at launcherpod.PVCRoot/<claim>: a block device
+// (volumeDevices) or a mounted file system, read-only when every volume
+// using it only reads it (a readOnly claim, an ephemeral volume's base).
+func (b *builder) pvc(claim string, readOnly bool) {
+	name := "pvc-" + shortHash(claim)
+	for i := range b.podVolumes {
+		if b.podVolumes[i].Name != name {
+			continue
 		}
+		// The same claim used twice: writable if either use writes.
+		if !readOnly {
+			b.podVolumes[i].PersistentVolumeClaim.ReadOnly = false
+			for j := range b.mounts {
+				if b.mounts[j].Name == name {
+					b.mounts[j].ReadOnly = false
+				}
+			}
+		}
+		return
 	}
 	b.podVolumes = append(b.podVolumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}}})
-	p := path.Join(launcherpod.PVCRoot, c.ClaimName)
-	if b.in.PVCBlock[c.ClaimName] {
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly}}})
+	p := path.Join(launcherpod.PVCRoot, claim)
+	if b.in.PVCBlock[claim] {
 		b.devices = append(b.devices, corev1.VolumeDevice{Name: name, DevicePath: p})
 		return
 	}
-	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: c.ReadOnly})
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: readOnly})
 }
 
 // hostDisk mounts, at the same path, only what the VMI's hostDisk needs

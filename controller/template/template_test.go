@@ -218,6 +218,48 @@ func TestRender(t *testing.T) {
 				t.Errorf("grace %d", *pod.Spec.TerminationGracePeriodSeconds)
 			}
 		}},
+		{"ephemeral-claims", Input{PVCBlock: map[string]bool{"blk": true}, VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			eph := func(claim string) *v1.EphemeralVolumeSource {
+				return &v1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}
+			}
+			x.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "e1"}, {Name: "e2"}, {Name: "e3"}, {Name: "rw"}}
+			x.Spec.Volumes = []v1.Volume{
+				{Name: "e1", Ephemeral: eph("golden")},
+				{Name: "e2", Ephemeral: eph("blk")},
+				// The same claim under an overlay and written directly: writable.
+				{Name: "e3", Ephemeral: eph("shared")},
+				{Name: "rw", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "shared"}},
+			}
+		})}, func(t *testing.T, pod *corev1.Pod) {
+			c := pod.Spec.Containers[0]
+			m := env(c)
+			byName := map[string]corev1.Volume{}
+			for _, v := range pod.Spec.Volumes {
+				byName[v.Name] = v
+			}
+			golden := m[launcherpod.PVCRoot+"/golden"]
+			if golden.Name == "" || !golden.ReadOnly || !byName[golden.Name].PersistentVolumeClaim.ReadOnly ||
+				byName[golden.Name].PersistentVolumeClaim.ClaimName != "golden" {
+				t.Errorf("ephemeral claim: mount %+v, volume %+v", golden, byName[golden.Name])
+			}
+			if len(c.VolumeDevices) != 1 || c.VolumeDevices[0].DevicePath != launcherpod.PVCRoot+"/blk" ||
+				!byName[c.VolumeDevices[0].Name].PersistentVolumeClaim.ReadOnly {
+				t.Errorf("ephemeral block claim %+v", c.VolumeDevices)
+			}
+			shared := m[launcherpod.PVCRoot+"/shared"]
+			if shared.Name == "" || shared.ReadOnly || byName[shared.Name].PersistentVolumeClaim.ReadOnly {
+				t.Errorf("claim used writable and under an overlay: mount %+v, volume %+v", shared, byName[shared.Name])
+			}
+			n := 0
+			for _, v := range pod.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					n++
+				}
+			}
+			if n != 3 {
+				t.Errorf("%d claim volumes, want 3: %+v", n, pod.Spec.Volumes)
+			}
+		}},
 		{"no-network-no-tun", Input{VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.Devices.AutoattachPodInterface = ptr(false)
 		})}, func(t *testing.T, pod *corev1.Pod) {

@@ -141,10 +141,10 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 	}
 	in := template.Input{VMI: defaulted, KVM: c.useKVM(defaulted), PVCBlock: map[string]bool{}}
 	for _, vol := range defaulted.Spec.Volumes {
-		if vol.PersistentVolumeClaim == nil {
+		claim, _, ok := v1.VolumeClaim(&vol)
+		if !ok {
 			continue
 		}
-		claim := vol.PersistentVolumeClaim.ClaimName
 		pvc, err := c.pvcLister.PersistentVolumeClaims(vmi.Namespace).Get(claim)
 		if apierrors.IsNotFound(err) {
 			msg := fmt.Sprintf("PersistentVolumeClaim %q (volume %q) not found", claim, vol.Name)

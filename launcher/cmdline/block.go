@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
 )
 
@@ -14,7 +15,19 @@ type BlockFile struct {
 	HostDevice         bool
 	ReadOnly           bool
 	Discard            bool // discard=unmap: pass guest discards (TRIM) through
+	Direct             bool // cache.direct=on: O_DIRECT, no host page cache
+	AIO                AIO  // aio=; "" = QEMU's default (threads)
+	NoLocking          bool // locking=off: no image locks (a shareable disk)
 }
+
+// AIO is a protocol node's asynchronous I/O mode.
+type AIO string
+
+// AIO modes.
+const (
+	AIOThreads AIO = "threads"
+	AIONative  AIO = "native" // Linux AIO; QEMU requires cache.direct=on
+)
 
 // Args implements Device.
 func (b BlockFile) Args() ([]string, error) {
@@ -33,6 +46,20 @@ func (b BlockFile) Args() ([]string, error) {
 	if b.Discard {
 		o.add("discard", "unmap")
 	}
+	o.on("cache.direct", b.Direct)
+	switch b.AIO {
+	case "":
+	case AIOThreads, AIONative:
+		if b.AIO == AIONative && !b.Direct {
+			return nil, fmt.Errorf("-blockdev %s: aio=native needs cache.direct=on", b.NodeName)
+		}
+		o.add("aio", string(b.AIO))
+	default:
+		return nil, fmt.Errorf("-blockdev %s: aio %q is neither threads nor native", b.NodeName, b.AIO)
+	}
+	if b.NoLocking {
+		o.add("locking", "off")
+	}
 	return o.arg("-blockdev")
 }
 
@@ -41,6 +68,7 @@ type BlockFormat struct {
 	NodeName, Driver, File string
 	ReadOnly               bool
 	Discard                bool // discard=unmap
+	Direct                 bool // cache.direct=on, as its protocol node (and a qcow2's backing file, which inherits it)
 }
 
 // Args implements Device.
@@ -56,6 +84,7 @@ func (b BlockFormat) Args() ([]string, error) {
 	if b.Discard {
 		o.add("discard", "unmap")
 	}
+	o.on("cache.direct", b.Direct)
 	return o.arg("-blockdev")
 }
 
@@ -67,11 +96,17 @@ func checkNodeName(n string) error {
 }
 
 // BlockDisk is what every guest disk device has: its id, the format node
-// it attaches, a serial and a boot index.
+// it attaches, a serial, a boot index, the guest-visible write cache and
+// whether other writers may share the node.
 type BlockDisk struct {
 	ID, Drive string
 	Serial    string // "" = none
 	BootIndex int    // 0 = none (bootOrder starts at 1)
+	// WriteCache is write-cache=on: the guest is told of a volatile
+	// cache and flushes it (cache none and writeback); off: every write
+	// is flushed before it completes (writethrough).
+	WriteCache bool
+	ShareRW    bool // share-rw=on: other users may write the node (shareable)
 }
 
 func (d BlockDisk) opts(driver string) *opts {
@@ -79,14 +114,62 @@ func (d BlockDisk) opts(driver string) *opts {
 	if d.BootIndex > 0 {
 		o.addInt("bootindex", d.BootIndex)
 	}
+	if d.WriteCache {
+		o.add("write-cache", "on")
+	} else {
+		o.add("write-cache", "off")
+	}
+	o.on("share-rw", d.ShareRW)
 	return o
 }
 
+// Cache is how a cache mode is rendered (libvirt's mapping): cache.direct
+// on the block nodes and write-cache on the guest device; cache.no-flush
+// is off in each of KubeVirt's modes.
+type Cache struct{ Direct, WriteCache bool }
+
+// CacheFor renders cache none (direct, write cache), writethrough
+// (neither) or writeback (write cache).
+func CacheFor(c v1.DriverCache) (Cache, error) {
+	switch c {
+	case v1.CacheNone:
+		return Cache{Direct: true, WriteCache: true}, nil
+	case v1.CacheWriteThrough:
+		return Cache{}, nil
+	case v1.CacheWriteBack:
+		return Cache{WriteCache: true}, nil
+	}
+	return Cache{}, fmt.Errorf("cache mode %q: must be none, writethrough or writeback", c)
+}
+
 // VirtioBlk is a virtio-blk-pci disk.
-type VirtioBlk struct{ BlockDisk }
+type VirtioBlk struct {
+	BlockDisk
+	IOThread  string // the iothread object's id; "" = the main loop
+	NumQueues int    // num-queues; 0 = QEMU's default
+}
 
 // Args implements Device.
-func (v VirtioBlk) Args() ([]string, error) { return v.opts("virtio-blk-pci").arg("-device") }
+func (v VirtioBlk) Args() ([]string, error) {
+	o := v.opts("virtio-blk-pci").addNonEmpty("iothread", v.IOThread)
+	if v.NumQueues < 0 || v.NumQueues > MaxBlockQueues {
+		return nil, fmt.Errorf("-device virtio-blk-pci: num-queues %d out of range 1-%d", v.NumQueues, MaxBlockQueues)
+	}
+	if v.NumQueues > 0 {
+		o.addInt("num-queues", v.NumQueues)
+	}
+	return o.arg("-device")
+}
+
+// MaxBlockQueues is virtio-blk's limit on queues (VIRTIO_QUEUE_MAX).
+const MaxBlockQueues = 1024
+
+// IOThread is a QEMU iothread (-object iothread): an event loop of its
+// own for the virtio disks attached to it.
+type IOThread struct{ ID string }
+
+// Args implements Device.
+func (i IOThread) Args() ([]string, error) { return newOpts("iothread").add("id", i.ID).arg("-object") }
 
 // SCSIController is a virtio-scsi-pci controller; its bus is "<ID>.0".
 type SCSIController struct{ ID string }

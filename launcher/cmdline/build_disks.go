@@ -7,12 +7,18 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 )
 
-// disks: per disk a protocol node, a format node and a guest device.
-// virtio → virtio-blk-pci; scsi → scsi-hd/scsi-cd on one virtio-scsi
-// controller (LUNs in disk order); sata → ide-hd/ide-cd on q35's AHCI
-// ports in disk order.
+// disks: the iothreads (v1alpha1.PlanIOThreads), then per disk a protocol
+// node, a format node and a guest device. virtio → virtio-blk-pci (its
+// iothread, num-queues with blockMultiQueue); scsi → scsi-hd/scsi-cd on one
+// virtio-scsi controller (LUNs in disk order); sata → ide-hd/ide-cd on
+// q35's AHCI ports in disk order.
 func (b *builder) disks() {
 	d := &b.vmi.Spec.Domain
+	plan := v1.PlanIOThreads(&b.vmi.Spec)
+	for n := 1; n <= plan.Threads; n++ {
+		b.add("spec.domain.ioThreadsPolicy", IOThread{ID: IOThreadID(n)})
+	}
+	queues := v1.BlockQueues(d)
 	for _, disk := range d.Devices.Disks {
 		if disk.Disk != nil && disk.Disk.Bus == v1.DiskBusSCSI || disk.CDRom != nil && disk.CDRom.Bus == v1.DiskBusSCSI {
 			b.add("spec.domain.devices.disks", SCSIController{ID: SCSIControllerID})
@@ -63,11 +69,13 @@ func (b *builder) disks() {
 		}
 		id := DiskDeviceID(disk.Name)
 		b.claimID(id, p+".name")
+		cache, aio, shared := b.tuning(&disk, drv, p)
 		b.add(dp,
-			BlockFile{NodeName: file, Filename: b.val(dp+".Path", drv.Path), HostDevice: drv.Block, ReadOnly: ro, Discard: !ro},
-			BlockFormat{NodeName: format, Driver: drv.Format, File: file, ReadOnly: ro, Discard: !ro})
+			BlockFile{NodeName: file, Filename: b.val(dp+".Path", drv.Path), HostDevice: drv.Block, ReadOnly: ro, Discard: !ro,
+				Direct: cache.Direct, AIO: aio, NoLocking: shared},
+			BlockFormat{NodeName: format, Driver: drv.Format, File: file, ReadOnly: ro, Discard: !ro, Direct: cache.Direct})
 
-		bd := BlockDisk{ID: id, Drive: format, Serial: b.val(p+".serial", disk.Serial)}
+		bd := BlockDisk{ID: id, Drive: format, Serial: b.val(p+".serial", disk.Serial), WriteCache: cache.WriteCache, ShareRW: shared}
 		if bo := disk.BootOrder; bo != nil {
 			if *bo < 1 || *bo > validation.MaxBootOrder {
 				b.fail(p+".bootOrder", "%d: must be between 1 and %d (QEMU's bootindex is an int32)", *bo, validation.MaxBootOrder)
@@ -83,7 +91,11 @@ func (b *builder) disks() {
 			if cdrom {
 				b.fail(target, "a CD-ROM cannot be on virtio; use sata or scsi")
 			}
-			b.add(p, VirtioBlk{bd})
+			blk := VirtioBlk{BlockDisk: bd, NumQueues: queues}
+			if n := plan.Disks[disk.Name]; n > 0 {
+				blk.IOThread = IOThreadID(n)
+			}
+			b.add(p, blk)
 		case v1.DiskBusSCSI:
 			b.add(p, SCSIDisk{BlockDisk: bd, Bus: SCSIControllerID + ".0", LUN: lun, CDROM: cdrom})
 			lun++
@@ -102,4 +114,45 @@ func (b *builder) disks() {
 			b.fail(target, "%q: must be virtio, sata or scsi", bus)
 		}
 	}
+}
+
+// tuning applies KubeVirt's cache and io rules to a disk on this node
+// (v1alpha1.DiskCache, DefaultDiskIO): the disk's cache, else none for a
+// shareable disk, else none where O_DIRECT works (Drive.DirectIO) and
+// writethrough elsewhere; its io, else native for a block device or a
+// preallocated file with cache none, else QEMU's default (threads). Cache
+// none where O_DIRECT does not work, and io native without cache none,
+// are errors naming the field that asked for them (QEMU would refuse
+// both). A shareable disk takes no image locks and lets others write.
+func (b *builder) tuning(disk *v1.Disk, drv Drive, p string) (Cache, AIO, bool) {
+	shared := disk.Shareable != nil && *disk.Shareable
+	mode := v1.DiskCache(disk, drv.DirectIO)
+	if mode == v1.CacheNone && !drv.DirectIO {
+		f := p + ".cache"
+		if disk.Cache == "" {
+			f = p + ".shareable" // its cache is none
+		}
+		b.fail(f, "cache none opens %s with O_DIRECT, which its file system refuses; use writethrough or writeback", drv.Path)
+	}
+	cache, err := CacheFor(mode)
+	if err != nil {
+		b.fail(p+".cache", "%v", err)
+	}
+	var aio AIO
+	switch disk.IO {
+	case "":
+		if v1.DefaultDiskIO(mode, drv.Block, drv.Preallocated) == v1.IONative {
+			aio = AIONative
+		}
+	case v1.IONative:
+		if mode != v1.CacheNone {
+			b.fail(p+".io", "native needs cache none (O_DIRECT), and this disk's cache is %s", mode)
+		}
+		aio = AIONative
+	case v1.IOThreads:
+		aio = AIOThreads
+	default:
+		b.fail(p+".io", "%q: must be native or threads", disk.IO)
+	}
+	return cache, aio, shared
 }

@@ -20,6 +20,7 @@ type env interface {
 	overlay(t testing.TB, name string) string                   // qcow2 over the test guest's disk
 	image(t testing.TB, name, format string, size int64) string // a blank image; name may hold '/'
 	media(t testing.TB, name string) string                     // CD-ROM media (raw, 1 MiB)
+	preallocated(t testing.TB, name string, size int64) string  // a raw image with every byte allocated
 	kernel(t testing.TB) *KernelBoot                            // the test guest's kernel and initrd
 	efiVars(t testing.TB, secure bool) string                   // a writable copy of the vars template
 	taps(t testing.TB, n int) []int                             // n tap queues, as fds in QEMU
@@ -161,6 +162,24 @@ var cases = []testCase{
 			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2}
 		}
 		in.NICs = []NIC{userNIC("default")}
+	}},
+	{name: "disk-cache", vmi: "disk-cache", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["overlay"] = Drive{Path: e.overlay(t, "overlay"), Format: FormatQCOW2, DirectIO: true}
+		in.Drives["prealloc"] = Drive{Path: e.preallocated(t, "prealloc", 7*mib), Format: FormatRaw, DirectIO: true, Preallocated: true}
+		in.Drives["no-direct"] = Drive{Path: e.image(t, "no-direct", FormatRaw, 8*mib), Format: FormatRaw}
+		in.Drives["writeback"] = Drive{Path: e.image(t, "writeback", FormatQCOW2, 5*mib), Format: FormatQCOW2, DirectIO: true}
+		in.Drives["writethrough"] = Drive{Path: e.image(t, "writethrough", FormatQCOW2, 6*mib), Format: FormatQCOW2, DirectIO: true}
+		in.Drives["shared"] = Drive{Path: e.image(t, "shared", FormatRaw, 9*mib), Format: FormatRaw, DirectIO: true}
+	}},
+	{name: "iothreads", vmi: "iothreads", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
+		}
+	}},
+	{name: "iothreads-shared", vmi: "iothreads-shared", setup: func(t testing.TB, e env, in *Input) {
+		for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
+		}
 	}},
 	{name: "escaping", vmi: "escaping", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		name := in.VMI.Spec.Domain.Devices.Disks[0].Name

@@ -23,6 +23,9 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/qmp"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -88,6 +91,12 @@ func (e *qemuEnv) image(t testing.TB, name, format string, size int64) string {
 		t.Fatal(err)
 	}
 	qemuImg(t, "create", "-q", "-f", format, p, fmt.Sprint(size))
+	return p
+}
+
+func (e *qemuEnv) preallocated(t testing.TB, name string, size int64) string {
+	p := filepath.Join(e.dir, name+".raw")
+	qemuImg(t, "create", "-q", "-f", "raw", "-o", "preallocation=falloc", p, fmt.Sprint(size))
 	return p
 }
 
@@ -269,6 +278,7 @@ func runQEMU(t *testing.T, tc testCase, art testguest.Artifacts) {
 		dbg.Close()
 	}
 	checkQMP(ctx, t, mon, in)
+	checkDiskTuning(ctx, t, mon, v.cmd.Process.Pid, in)
 	var w *testguest.Watcher
 	if on := in.VMI.Spec.Domain.Devices.AutoattachSerialConsole; on == nil || *on {
 		conn, err := net.Dial("unix", in.Paths.Serial)
@@ -400,6 +410,156 @@ func checkQMP(ctx context.Context, t *testing.T, mon *qmp.Monitor, in Input) {
 	} else if in.VMI.Spec.Domain.Devices.Rng == nil && err == nil {
 		t.Errorf("rng object present without spec.domain.devices.rng")
 	}
+}
+
+// checkDiskTuning compares QEMU's block nodes and devices with each
+// disk's cache and io modes as KubeVirt's rules make them
+// (v1.DiskCache, DefaultDiskIO): cache.direct on both nodes
+// (query-named-block-nodes), the device's write cache (query-block), Linux
+// AIO in use exactly when some disk has io native (QEMU maps an "[aio]"
+// ring per AIO context), and image locks (/proc/locks) on every file but a
+// shareable disk's.
+func checkDiskTuning(ctx context.Context, t *testing.T, mon *qmp.Monitor, pid int, in Input) {
+	t.Helper()
+	var nodes []struct {
+		NodeName string `json:"node-name"`
+		Cache    struct {
+			Direct    bool `json:"direct"`
+			NoFlush   bool `json:"no-flush"`
+			Writeback bool `json:"writeback"`
+		} `json:"cache"`
+	}
+	if err := mon.Execute(ctx, "query-named-block-nodes", map[string]any{"flat": true}, &nodes); err != nil {
+		t.Fatalf("query-named-block-nodes: %v", err)
+	}
+	var blocks []struct {
+		Qdev     string `json:"qdev"`
+		Inserted *struct {
+			NodeName string `json:"node-name"`
+			Cache    struct {
+				Writeback bool `json:"writeback"`
+			} `json:"cache"`
+		} `json:"inserted"`
+	}
+	if err := mon.Execute(ctx, "query-block", nil, &blocks); err != nil {
+		t.Fatalf("query-block: %v", err)
+	}
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	native := false
+	for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+		drv := in.Drives[d.Name]
+		mode := v1.DiskCache(&d, drv.DirectIO)
+		want, err := CacheFor(mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io := d.IO
+		if io == "" {
+			io = v1.DefaultDiskIO(mode, drv.Block, drv.Preallocated)
+		}
+		native = native || io == v1.IONative
+		for _, n := range []string{FileNodeName(d.Name), NodeName(d.Name)} {
+			found := false
+			for _, got := range nodes {
+				if got.NodeName != n {
+					continue
+				}
+				found = true
+				if got.Cache.Direct != want.Direct || got.Cache.NoFlush {
+					t.Errorf("disk %s (cache %s): node %s has cache %+v, want direct %v, no-flush false", d.Name, mode, n, got.Cache, want.Direct)
+				}
+			}
+			if !found {
+				t.Errorf("disk %s: no block node %s", d.Name, n)
+			}
+		}
+		for _, b := range blocks {
+			if b.Inserted != nil && b.Inserted.NodeName == NodeName(d.Name) && b.Inserted.Cache.Writeback != want.WriteCache {
+				t.Errorf("disk %s (cache %s): device write cache %v, want %v", d.Name, mode, b.Inserted.Cache.Writeback, want.WriteCache)
+			}
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(drv.Path, &st); err != nil {
+			t.Fatal(err)
+		}
+		held := fileLocks(locks, st)
+		if shared := d.Shareable != nil && *d.Shareable; shared != (held == 0) {
+			t.Errorf("disk %s (shareable %v): QEMU holds %d locks on %s", d.Name, shared, held, drv.Path)
+		}
+	}
+	checkIOThreads(ctx, t, mon, in)
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aio := strings.Contains(string(maps), "/[aio]"); aio != native {
+		t.Errorf("QEMU has a Linux AIO ring: %v; some disk has io native: %v", aio, native)
+	}
+}
+
+// checkIOThreads compares QEMU's iothreads (query-iothreads) and each
+// virtio disk's iothread and queues (qom-get) with KubeVirt's plan
+// (v1.PlanIOThreads, BlockQueues).
+func checkIOThreads(ctx context.Context, t *testing.T, mon *qmp.Monitor, in Input) {
+	t.Helper()
+	plan := v1.PlanIOThreads(&in.VMI.Spec)
+	var threads []struct {
+		ID     string `json:"id"`
+		Thread int    `json:"thread-id"`
+	}
+	if err := mon.Execute(ctx, "query-iothreads", nil, &threads); err != nil {
+		t.Fatalf("query-iothreads: %v", err)
+	}
+	var ids []string
+	for _, th := range threads {
+		ids = append(ids, th.ID)
+	}
+	var want []string
+	for n := 1; n <= plan.Threads; n++ {
+		want = append(want, IOThreadID(n))
+	}
+	slices.Sort(ids)
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Errorf("query-iothreads: %q, want %q", ids, want)
+	}
+	for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+		if !v1.DiskHasIOThread(&d) {
+			continue
+		}
+		dev := "/machine/peripheral/" + DiskDeviceID(d.Name)
+		var link string
+		err := mon.Execute(ctx, "qom-get", map[string]any{"path": dev, "property": "iothread"}, &link)
+		wantLink := ""
+		if n := plan.Disks[d.Name]; n > 0 {
+			wantLink = "/objects/" + IOThreadID(n)
+		}
+		if err != nil || link != wantLink {
+			t.Errorf("disk %s: iothread %q (%v), want %q", d.Name, link, err, wantLink)
+		}
+		var queues int
+		if err := mon.Execute(ctx, "qom-get", map[string]any{"path": dev, "property": "num-queues"}, &queues); err != nil {
+			t.Errorf("disk %s: num-queues: %v", d.Name, err)
+		} else if q := v1.BlockQueues(&in.VMI.Spec.Domain); q > 0 && queues != q {
+			t.Errorf("disk %s: num-queues %d, want %d (blockMultiQueue)", d.Name, queues, q)
+		}
+	}
+}
+
+// fileLocks counts the locks /proc/locks lists on the file st is of
+// ("… MAJ:MIN:INODE START END", device numbers in hex).
+func fileLocks(locks []byte, st syscall.Stat_t) int {
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	n := 0
+	for _, line := range strings.Split(string(locks), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[len(f)-3] == id {
+			n++
+		}
+	}
+	return n
 }
 
 // guestRead returns a file's content from the guest, through the agent.
@@ -539,6 +699,31 @@ var checks = map[string]func(ctx context.Context, t *testing.T, w *testguest.Wat
 		if err != nil || kb > 953*1024 || kb < 850*1024 {
 			t.Errorf("guest MemTotal %d kB (%v), want a little under 953 MiB", kb, err)
 		}
+	},
+	"disk-cache": func(ctx context.Context, t *testing.T, w *testguest.Watcher, in Input) {
+		// The guest sees every disk, and the write cache it was given:
+		// none and writeback have one (the guest flushes it), writethrough
+		// has none.
+		for _, d := range []struct{ serial, bus, cache string }{
+			{"overlay", "virtio", "write back"}, {"prealloc", "virtio", "write back"}, {"no-direct", "virtio", "write through"},
+			{"writeback", "scsi", "write back"}, {"writethrough", "sata", "write through"}, {"shared", "scsi", "write back"},
+		} {
+			m := expect(ctx, t, w, testguest.KindBlock, "serial", d.serial, "bus", d.bus, "ro", "0")
+			if got := guestRead(ctx, t, in, "/sys/block/"+m.Field("name")+"/queue/write_cache"); got != d.cache {
+				t.Errorf("disk %s: the guest's write_cache is %q, want %q", d.serial, got, d.cache)
+			}
+		}
+	},
+	"iothreads": func(ctx context.Context, t *testing.T, w *testguest.Watcher, in Input) {
+		expect(ctx, t, w, testguest.KindReady, "cpus", "2")
+		// The guest's virtio-blk driver made one hardware queue per vCPU.
+		for _, serial := range []string{"first", "second", "own"} {
+			m := expect(ctx, t, w, testguest.KindBlock, "serial", serial, "bus", "virtio")
+			if got := guestRun(ctx, t, in, "/bin/ls", "/sys/block/"+m.Field("name")+"/mq"); got != "0\n1" {
+				t.Errorf("disk %s: the guest's queues %q, want 0 and 1", serial, got)
+			}
+		}
+		expect(ctx, t, w, testguest.KindBlock, "serial", "on-sata", "bus", "sata")
 	},
 	"escaping": func(ctx context.Context, t *testing.T, w *testguest.Watcher, in Input) {
 		expect(ctx, t, w, testguest.KindBlock, "serial", "long-name", "bus", "virtio", "size", fmt.Sprint(4*mib))

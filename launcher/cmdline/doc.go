@@ -9,7 +9,7 @@
 // SMP, Memory, Kernel, Name, UUID, SMBIOSSystem, Sandbox, MsgTimestamps,
 // Boot, Global, Incoming (device.go, machine.go); SocketChardev, QMPMonitor,
 // SerialPort, VirtioSerial, VirtSerialPort (chardev.go); BlockFile,
-// BlockFormat, VirtioBlk, SCSIController, SCSIDisk, IDEDisk (block.go);
+// BlockFormat, VirtioBlk, SCSIController, SCSIDisk, IDEDisk, IOThread (block.go);
 // NetdevTap, NetdevUser, NetDevice (net.go); RNG, Balloon. Build
 // (build*.go) maps the VMI onto them and reports errors with the VMI field
 // (spec.…) or input (Input.…, Paths.…, Facts.…) at fault.
@@ -48,6 +48,17 @@
 //     discards through (discard=unmap). auto-read-only is not used: with
 //     read-only=on it changes nothing, and on a writable disk it would turn
 //     a permission error into a silently read-only disk.
+//   - Cache and io (KubeVirt's rules, v1alpha1.DiskCache and DefaultDiskIO,
+//     over the node's facts Drive.DirectIO and Drive.Preallocated): cache
+//     none is cache.direct=on on both nodes and write-cache=on on the
+//     device, writethrough write-cache=off, writeback write-cache=on; io
+//     native is aio=native on the protocol node (only with cache.direct);
+//     a shareable disk is locking=off on the protocol node and share-rw=on
+//     on the device.
+//   - Iothreads (v1alpha1.PlanIOThreads, KubeVirt's allocation) are
+//     -object iothread,id=iothread<N> before the disks, and iothread= on
+//     the virtio-blk-pci devices given one; blockMultiQueue is num-queues
+//     = vCPUs on every virtio-blk-pci.
 //   - Buses: SATA is q35's built-in AHCI, one device per port ide.0–ide.5
 //     in disk order (a 7th is an error; QEMU refuses a read-only ide-hd, so
 //     that is an error too); SCSI is one virtio-scsi-pci controller, LUNs in

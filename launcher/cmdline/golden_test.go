@@ -38,6 +38,9 @@ func (e *goldenEnv) overlay(_ testing.TB, name string) string {
 func (e *goldenEnv) image(_ testing.TB, name, format string, _ int64) string {
 	return path.Join("/var/lib/kemu/volumes", name+"."+format)
 }
+func (e *goldenEnv) preallocated(_ testing.TB, name string, _ int64) string {
+	return path.Join("/var/lib/kemu/volumes", name+".raw")
+}
 func (e *goldenEnv) media(_ testing.TB, name string) string {
 	return path.Join("/var/lib/kemu/volumes", name+".iso")
 }

@@ -2,6 +2,7 @@ package cmdline
 
 import (
 	"regexp"
+	"strconv"
 
 	"github.com/kemu-dev/kemu/api/validation"
 )
@@ -33,6 +34,10 @@ func NICDeviceID(iface string) string { return validation.QEMUDeviceID(iface) }
 
 // NetdevID is the id of an interface's network backend.
 func NetdevID(iface string) string { return "net-" + iface }
+
+// IOThreadID is the id of iothread n (1 …, v1alpha1.PlanIOThreads'
+// numbers, as libvirt's iothread ids).
+func IOThreadID(n int) string { return "iothread" + strconv.Itoa(n) }
 
 // Fixed ids.
 const (

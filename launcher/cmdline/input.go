@@ -38,6 +38,12 @@ type Drive struct {
 	Format   string // "raw" or "qcow2"
 	ReadOnly bool
 	Block    bool // a block device: driver host_device instead of file
+	// DirectIO: Path (and the file under it, for an overlay) can be
+	// opened with O_DIRECT, so cache none is possible (and the default).
+	DirectIO bool
+	// Preallocated: Path is a file with every byte allocated (with cache
+	// none, io native is then the default, as for a block device).
+	Preallocated bool
 }
 
 // Drive formats.

@@ -17,6 +17,10 @@
 //     only if Prepare fails.
 //   - persistentVolumeClaim: a block device <PVCRoot>/<claimName>, or the raw
 //     file <PVCRoot>/<claimName>/disk.img; readOnly from the claim.
+//   - ephemeral: the claim found as for persistentVolumeClaim (mounted
+//     read-only) is the raw base of a qcow2 overlay <Dir>/<volume>.qcow2
+//     (as a containerDisk's) that lives and dies with the VM; the claim is
+//     never written.
 //   - cloudInitNoCloud: a "cidata" ISO at <Dir>/<volume>-cidata.iso with
 //     instance-id = the VMI's UID (else <namespace>.<name>, namespace
 //     "default" when empty) and local-hostname = v1alpha1.DeriveHostname
@@ -32,6 +36,11 @@
 //     source's when the VM started (KubeVirt's rule).
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
+//
+// Every volume also says whether its files can be opened with O_DIRECT and
+// whether it is preallocated: the facts behind a disk's default cache and
+// io modes (v1alpha1.DiskCache, DefaultDiskIO), which the command line
+// applies.
 //
 // Whether the guest sees a disk read-only is the command line's decision
 // (disk/cdrom readonly); Volume.ReadOnly only says that the source must not
@@ -70,6 +79,7 @@ const (
 	KindServiceAccount        = "serviceAccount"
 	KindDownwardAPI           = "downwardAPI"
 	KindSysprep               = "sysprep"
+	KindEphemeral             = "ephemeral"
 )
 
 // Disk formats.
@@ -125,11 +135,20 @@ type Volume struct {
 	ReadOnly bool   // the source must not be written
 	Block    bool   // Path is a host block device
 	Size     int64  // virtual size, bytes
+	// DirectIO says that Path, and Base under an overlay, can be opened
+	// with O_DIRECT: the disk may run with cache none (DirectIO).
+	DirectIO bool
+	// Preallocated says that Path is a file with every byte allocated
+	// (Preallocated): with cache none, native I/O is the default.
+	Preallocated bool
 
-	// containerDisk only: the read-only cached image under the overlay
-	// (the overlay's backing file) and its detected format.
+	// containerDisk and ephemeral only: the read-only image under the
+	// overlay (the overlay's backing file: the cached containerDisk image,
+	// the claim), its format, and whether it is a block device (a
+	// block-mode claim, which QEMU's device cgroup must allow).
 	Base       string
 	BaseFormat string
+	BaseBlock  bool
 }
 
 // KernelBoot holds the files of firmware.kernelBoot.container (either may be
@@ -240,11 +259,17 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 		v.Size = g.size
 		pr.p.Volumes[g.volume] = v
 	}
+	for name, v := range pr.p.Volumes {
+		v.DirectIO = DirectIO(v.Path) && (v.Base == "" || DirectIO(v.Base))
+		v.Preallocated = Preallocated(v.Path, v.Size)
+		pr.p.Volumes[name] = v
+	}
 	return pr.p, nil
 }
 
-// Cleanup removes what Prepare created for this VM: overlays, ISOs and
-// emptyDisks; never hostDisks, claims or the image cache. Idempotent.
+// Cleanup removes what Prepare created for this VM: overlays (of
+// containerDisks and ephemeral volumes), ISOs and emptyDisks; never
+// hostDisks, claims or the image cache. Idempotent.
 func (p *Prepared) Cleanup() error {
 	if p == nil {
 		return nil
@@ -322,6 +347,8 @@ func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string
 		return pr.hostDisk(v, field+".hostDisk")
 	case v.PersistentVolumeClaim != nil:
 		return pr.pvc(v, field+".persistentVolumeClaim")
+	case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
+		return pr.ephemeral(v, field+".ephemeral.persistentVolumeClaim")
 	case v.CloudInitNoCloud != nil:
 		return pr.cloudInit(v, field+".cloudInitNoCloud")
 	case v.CloudInitConfigDrive != nil:
@@ -338,7 +365,7 @@ func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string
 		return pr.configVolume(v, field+".sysprep", KindSysprep, configdisk.SysprepLabel)
 	default:
 		return Volume{}, fieldErr(field, "volume %q has no supported source (containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
-			"emptyDisk, hostDisk, persistentVolumeClaim, configMap, secret, serviceAccount, downwardAPI, sysprep)", v.Name)
+			"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI, sysprep)", v.Name)
 	}
 }
 
@@ -575,43 +602,72 @@ func deviceSize(path string) (int64, error) {
 
 func (pr *preparer) pvc(v *v1alpha1.Volume, field string) (Volume, error) {
 	c := v.PersistentVolumeClaim
-	f := field + ".claimName"
-	if err := checkName(c.ClaimName); err != nil {
-		return Volume{}, fieldErr(f, "invalid claim name %q", c.ClaimName)
+	vol, err := pr.claim(c.ClaimName, field+".claimName")
+	if err != nil {
+		return Volume{}, err
+	}
+	vol.Kind, vol.ReadOnly = KindPersistentVolumeClaim, c.ReadOnly
+	return vol, nil
+}
+
+// ephemeral puts a qcow2 overlay in the VM's directory over the claim,
+// which it reads as raw (KubeVirt's ephemeral disks).
+func (pr *preparer) ephemeral(v *v1alpha1.Volume, field string) (Volume, error) {
+	c := v.Ephemeral.PersistentVolumeClaim
+	base, err := pr.claim(c.ClaimName, field+".claimName")
+	if err != nil {
+		return Volume{}, err
+	}
+	overlay, err := pr.vmFile(v.Name + ".qcow2")
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := writeQCOW2(overlay, base.Size, base.Path, FormatRaw); err != nil {
+		return Volume{}, fieldErr(field, "overlay for claim %q: %w", c.ClaimName, err)
+	}
+	return Volume{Kind: KindEphemeral, Path: overlay, Format: FormatQCOW2, Size: roundUp512(base.Size),
+		Base: base.Path, BaseFormat: FormatRaw, BaseBlock: base.Block}, nil
+}
+
+// claim finds a claim: the block device <PVCRoot>/<claim>, or the raw file
+// <PVCRoot>/<claim>/disk.img. Errors name field, the claimName.
+func (pr *preparer) claim(claim, f string) (Volume, error) {
+	if err := checkName(claim); err != nil {
+		return Volume{}, fieldErr(f, "invalid claim name %q", claim)
 	}
 	if pr.opts.PVCRoot == "" {
-		return Volume{}, fieldErr(f, "claim %q: no claim directory configured", c.ClaimName)
+		return Volume{}, fieldErr(f, "claim %q: no claim directory configured", claim)
 	}
-	root := filepath.Join(pr.opts.PVCRoot, c.ClaimName)
-	vol := Volume{Kind: KindPersistentVolumeClaim, Format: FormatRaw, ReadOnly: c.ReadOnly}
+	root := filepath.Join(pr.opts.PVCRoot, claim)
+	vol := Volume{Format: FormatRaw}
 	st, err := os.Stat(root)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Volume{}, fieldErr(f, "claim %q not found: no block device or directory %s", c.ClaimName, root)
+		return Volume{}, fieldErr(f, "claim %q not found: no block device or directory %s", claim, root)
 	}
 	if err != nil {
-		return Volume{}, fieldErr(f, "claim %q: %w", c.ClaimName, err)
+		return Volume{}, fieldErr(f, "claim %q: %w", claim, err)
 	}
 	switch {
 	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0:
 		vol.Path, vol.Block = root, true
 		if vol.Size, err = deviceSize(root); err != nil {
-			return Volume{}, fieldErr(f, "claim %q: %w", c.ClaimName, err)
+			return Volume{}, fieldErr(f, "claim %q: %w", claim, err)
 		}
 	case st.IsDir():
 		vol.Path = filepath.Join(root, PVCDiskImage)
 		ist, err := os.Stat(vol.Path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return Volume{}, fieldErr(f, "claim %q has no %s (looked for %s)", c.ClaimName, PVCDiskImage, vol.Path)
+			return Volume{}, fieldErr(f, "claim %q has no %s (looked for %s)", claim, PVCDiskImage, vol.Path)
 		}
 		if err != nil {
-			return Volume{}, fieldErr(f, "claim %q: %w", c.ClaimName, err)
+			return Volume{}, fieldErr(f, "claim %q: %w", claim, err)
 		}
 		if !ist.Mode().IsRegular() {
-			return Volume{}, fieldErr(f, "claim %q: %s is not a regular file", c.ClaimName, vol.Path)
+			return Volume{}, fieldErr(f, "claim %q: %s is not a regular file", claim, vol.Path)
 		}
 		vol.Size = ist.Size()
 	default:
-		return Volume{}, fieldErr(f, "claim %q: %s is neither a block device nor a directory", c.ClaimName, root)
+		return Volume{}, fieldErr(f, "claim %q: %s is neither a block device nor a directory", claim, root)
 	}
 	return vol, nil
 }

@@ -220,10 +220,12 @@ func TestPrepareEveryKind(t *testing.T) {
 		v1alpha1.Volume{Name: "hd-grow", HostDisk: &v1alpha1.HostDisk{Path: small, Type: v1alpha1.HostDiskExistsOrCreate, Capacity: ptr(qty("1Mi"))}},
 		v1alpha1.Volume{Name: "hd-keep", HostDisk: &v1alpha1.HostDisk{Path: large, Type: v1alpha1.HostDiskExistsOrCreate, Capacity: ptr(qty("1Ki"))}},
 		v1alpha1.Volume{Name: "pvc", PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1", ReadOnly: true}},
+		v1alpha1.Volume{Name: "eph", Ephemeral: &v1alpha1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1"}}},
 	)
 	if blockClaim != "" {
 		vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1alpha1.Volume{Name: "blk",
-			PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "blockclaim"}})
+			PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "blockclaim"}},
+			v1alpha1.Volume{Name: "eph-blk", Ephemeral: &v1alpha1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "blockclaim"}}})
 	}
 	vmi.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{
 		Image: "oci-archive:" + a.KernelBootOCITar, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"}}}
@@ -334,6 +336,33 @@ func TestPrepareEveryKind(t *testing.T) {
 	if blockClaim != "" {
 		if v := p.Volumes["blk"]; !v.Block || v.Size != 4<<20 || v.Path != filepath.Join(pvcRoot, "blockclaim") || v.ReadOnly {
 			t.Errorf("blk: %+v", v)
+		}
+	}
+
+	// Ephemeral: a writable qcow2 overlay in the VM's directory over the
+	// claim, read as raw (a file or a block device).
+	ephemerals := map[string]struct {
+		base  string
+		size  int64
+		block bool
+	}{"eph": {filepath.Join(pvcRoot, "claim1", "disk.img"), 1 << 20, false}}
+	if blockClaim != "" {
+		ephemerals["eph-blk"] = struct {
+			base  string
+			size  int64
+			block bool
+		}{filepath.Join(pvcRoot, "blockclaim"), 4 << 20, true}
+	}
+	for name, want := range ephemerals {
+		v := p.Volumes[name]
+		if v.Kind != KindEphemeral || v.Path != filepath.Join(dir, name+".qcow2") || v.Format != FormatQCOW2 || v.ReadOnly || v.Block ||
+			v.Size != want.size || v.Base != want.base || v.BaseFormat != FormatRaw || v.BaseBlock != want.block {
+			t.Errorf("%s: %+v", name, v)
+		}
+		info := qemuInfo(t, v.Path)
+		if info["format"] != "qcow2" || info["backing-filename"] != want.base || info["backing-filename-format"] != "raw" ||
+			int64(info["virtual-size"].(float64)) != want.size {
+			t.Errorf("%s: overlay info %v", name, info)
 		}
 	}
 

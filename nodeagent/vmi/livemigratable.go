@@ -32,7 +32,8 @@ type pvcInfo struct {
 // guest holds the Pod's IP, which the target Pod does not have), False with
 // DisksNotLiveMigratable for a hostDisk (a file on this node) or a PVC both
 // nodes cannot attach at once (not ReadWriteMany; ReadOnlyMany will do for
-// a read-only volume; a PVC not found), else True. The messages name the
+// a read-only volume and for an ephemeral volume's claim; a PVC not found),
+// else True. The messages name the
 // interface or volume.
 func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.VirtualMachineInstanceCondition {
 	cond := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionFalse}
@@ -54,14 +55,16 @@ func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.
 		switch {
 		case vol.HostDisk != nil:
 			bad = append(bad, fmt.Sprintf("volume %s is a hostDisk (a file on the node)", vol.Name))
-		case vol.PersistentVolumeClaim != nil:
-			claim := vol.PersistentVolumeClaim.ClaimName
+		case vol.PersistentVolumeClaim != nil, vol.Ephemeral != nil:
+			// An ephemeral volume's claim is only read (under the
+			// overlay each node has): ReadOnlyMany will do.
+			claim, readOnly, _ := v1.VolumeClaim(&vol)
 			info := pvcs[claim]
 			switch {
 			case info.missing:
 				bad = append(bad, fmt.Sprintf("volume %s: PVC %s was not found", vol.Name, claim))
 			case slices.Contains(info.modes, corev1.ReadWriteMany):
-			case vol.PersistentVolumeClaim.ReadOnly && slices.Contains(info.modes, corev1.ReadOnlyMany):
+			case readOnly && slices.Contains(info.modes, corev1.ReadOnlyMany):
 			default:
 				bad = append(bad, fmt.Sprintf("volume %s: PVC %s is not shared (access modes %v; live migration needs ReadWriteMany)", vol.Name, claim, info.modes))
 			}
@@ -103,10 +106,10 @@ func (c *Controller) vmiPVCs(ctx context.Context, key string, vmi *v1.VirtualMac
 	}
 	out := map[string]pvcInfo{}
 	for _, vol := range vmi.Spec.Volumes {
-		if vol.PersistentVolumeClaim == nil {
+		claim, _, ok := v1.VolumeClaim(&vol)
+		if !ok {
 			continue
 		}
-		claim := vol.PersistentVolumeClaim.ClaimName
 		pvc, err := c.cfg.KubeClient.CoreV1().PersistentVolumeClaims(vmi.Namespace).Get(ctx, claim, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

@@ -137,6 +137,10 @@ func TestLiveMigratable(t *testing.T) {
 	pvc := func(name, claim string, ro bool) v1.Volume {
 		return v1.Volume{Name: name, PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: ro}}
 	}
+	eph := func(name, claim string) v1.Volume {
+		return v1.Volume{Name: name, Ephemeral: &v1.EphemeralVolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+	}
 	rwx := pvcInfo{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}
 	rwo := pvcInfo{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
 	rox := pvcInfo{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}}
@@ -159,6 +163,10 @@ func TestLiveMigratable(t *testing.T) {
 			corev1.ConditionFalse, ReasonDisksNotLiveMigratable, "PVC c1"},
 		{"PVC missing", vmi(masq, pvc("data", "c1", false)), map[string]pvcInfo{"c1": {missing: true}},
 			corev1.ConditionFalse, ReasonDisksNotLiveMigratable, "PVC c1 was not found"},
+		{"ephemeral on a ROX PVC", vmi(masq, eph("scratch", "c1")), map[string]pvcInfo{"c1": rox}, corev1.ConditionTrue, "", ""},
+		{"ephemeral on a RWX PVC", vmi(masq, eph("scratch", "c1")), map[string]pvcInfo{"c1": rwx}, corev1.ConditionTrue, "", ""},
+		{"ephemeral on a RWO PVC", vmi(masq, eph("scratch", "c1")), map[string]pvcInfo{"c1": rwo},
+			corev1.ConditionFalse, ReasonDisksNotLiveMigratable, "volume scratch: PVC c1 is not shared"},
 		{"hostDisk", vmi(masq, v1.Volume{Name: "host", HostDisk: &v1.HostDisk{}}), nil,
 			corev1.ConditionFalse, ReasonDisksNotLiveMigratable, "volume host is a hostDisk"},
 	} {
