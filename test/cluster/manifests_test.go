@@ -80,7 +80,8 @@ func TestServerAcceptsValidManifests(t *testing.T) {
 					if _, _, err := shared.KubectlInput(string(body), "-n", ns, "create", "--validate=false", "-f", "-"); err != nil {
 						t.Fatalf("the API server refuses a manifest kemu accepts: %v\n%s", err, body)
 					}
-					out, _, err := shared.Kubectl("-n", ns, "get", strings.ToLower(d.Kind)+".kemu.dev", d.Name, "-o", "yaml")
+					group, _, _ := strings.Cut(fmt.Sprint(c.Object["apiVersion"]), "/") // kemu.dev or instancetype.kemu.dev
+					out, _, err := shared.Kubectl("-n", ns, "get", strings.ToLower(d.Kind)+"."+group, d.Name, "-o", "yaml")
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -116,7 +117,7 @@ spec:
     devices:
       autoattachVSOCK: true
       hostDevices: [{name: h, deviceName: d}]
-      disks: [{name: root, disk: {bus: virtio}, cache: none}]
+      disks: [{name: root, disk: {bus: virtio}, tag: boot}]
   volumes:
   - name: root
     containerDisk: {image: "example/os:1"}
