@@ -21,7 +21,7 @@ import (
 // newRootCommand is kemuctl presented as name (cli.DisplayName).
 func newRootCommand(name string) *cobra.Command {
 	c := cli.NewCluster()
-	return cli.Root(name, c, append([]*cobra.Command{manifests.NewValidateCommand(), manifests.NewConvertCommand(),
+	return cli.Root(name, c, append([]*cobra.Command{manifests.NewValidateCommand(), manifests.NewConvertCommand(), manifests.NewExplainCommand(),
 		local.NewCommand(), shell.NewCommand(verbs.ShellThroughPod(c)), newVersionCommand(c), top.NewCommand(c)},
 		verbs.Commands(c)...)...)
 }

@@ -10,11 +10,11 @@ import (
 	"github.com/kemu-dev/kemu/ctl/cli/clitest"
 )
 
-// run executes kemuctl validate or convert with args and stdin, returning
+// run executes kemuctl validate, convert or explain with args and stdin, returning
 // stdout, stderr and the exit status main would use.
 func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	return clitest.Run(t, cli.Root(cli.Name, cli.NewCluster(), NewValidateCommand(), NewConvertCommand()), stdin, args...)
+	return clitest.Run(t, cli.Root(cli.Name, cli.NewCluster(), NewValidateCommand(), NewConvertCommand(), NewExplainCommand()), stdin, args...)
 }
 
 func TestValidateExamplesAndTestdata(t *testing.T) {
@@ -145,5 +145,16 @@ func TestValidateAPIVersion(t *testing.T) {
 	if code != 1 || !strings.Contains(stdout, "-#0 VirtualMachineInstanceMigration/m: valid") ||
 		!strings.Contains(stdout, `apiVersion: Unsupported value: "kubevirt.io/v2": supported values: "kemu.dev/v1alpha1", "kubevirt.io/v1", "kubevirt.io/v1alpha3"`) {
 		t.Errorf("exit %d:\n%s", code, stdout)
+	}
+}
+
+func TestExplainCommand(t *testing.T) {
+	stdout, stderr, code := run(t, "", "explain", "vmi.spec.volumes")
+	if code != 0 || !strings.Contains(stdout, "spec.volumes[].configMap <object>") || !strings.Contains(stdout, "not supported") ||
+		!strings.Contains(stderr, "KubeVirt v") {
+		t.Errorf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, stderr, code := run(t, "", "explain", "vmi.spec.nosuch"); code == 0 || !strings.Contains(stderr, `no field "nosuch"`) {
+		t.Errorf("unknown field: exit %d: %s", code, stderr)
 	}
 }
