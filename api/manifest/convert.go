@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // serverSetMetadata are metadata fields an API server fills in; a converted
@@ -72,45 +72,25 @@ func Convert(d *Document) (*Converted, error) {
 // deletePath removes the field at a path like "spec.volumes[0].dataVolume"
 // from a generic object. Missing parents are ignored.
 func deletePath(obj map[string]any, path string) {
-	type step struct {
-		key   string
-		index int
-		isIdx bool
-	}
-	var steps []step
-	for _, part := range strings.Split(path, ".") {
-		name, rest, _ := strings.Cut(part, "[")
-		if name != "" {
-			steps = append(steps, step{key: name})
-		}
-		for rest != "" {
-			idx, after, _ := strings.Cut(rest, "]")
-			if i, err := strconv.Atoi(idx); err == nil {
-				steps = append(steps, step{index: i, isIdx: true})
-			} else {
-				steps = append(steps, step{key: idx})
-			}
-			rest = strings.TrimPrefix(after, "[")
-		}
-	}
+	steps := validation.SplitPath(path)
 	var cur any = obj
 	for i, s := range steps {
 		last := i == len(steps)-1
 		switch c := cur.(type) {
 		case map[string]any:
-			if s.isIdx {
+			if s.IsIndex {
 				return
 			}
 			if last {
-				delete(c, s.key)
+				delete(c, s.Name)
 				return
 			}
-			cur = c[s.key]
+			cur = c[s.Name]
 		case []any:
-			if !s.isIdx || s.index < 0 || s.index >= len(c) || last {
+			if !s.IsIndex || s.Index < 0 || s.Index >= len(c) || last {
 				return
 			}
-			cur = c[s.index]
+			cur = c[s.Index]
 		default:
 			return
 		}

@@ -1,8 +1,9 @@
 package manifest
 
 import (
-	"strconv"
 	"strings"
+
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
 // IsKubeVirtField says whether path, a field kemu's types do not have,
@@ -15,50 +16,23 @@ func IsKubeVirtField(kind, path string) bool {
 	if !ok {
 		return false
 	}
-	return matchSchema(root, pathSteps(path))
-}
-
-// pathStep is a field name or, with isIndex, a list index.
-type pathStep struct {
-	name    string
-	isIndex bool
-}
-
-// pathSteps splits "a.b[0].c" into a, b, [0], c.
-func pathSteps(path string) []pathStep {
-	var steps []pathStep
-	for _, part := range strings.Split(path, ".") {
-		name, rest, _ := strings.Cut(part, "[")
-		if name != "" {
-			steps = append(steps, pathStep{name: name})
-		}
-		for rest != "" {
-			idx, after, _ := strings.Cut(rest, "]")
-			if _, err := strconv.Atoi(idx); err == nil {
-				steps = append(steps, pathStep{isIndex: true})
-			} else {
-				steps = append(steps, pathStep{name: idx})
-			}
-			rest = strings.TrimPrefix(after, "[")
-		}
-	}
-	return steps
+	return matchSchema(root, validation.SplitPath(path))
 }
 
 // matchSchema says whether steps lead through kind (a definition of
 // kubeVirtSchema, "" for a scalar, "[]…" a list, "{}…" a map) to a field.
-func matchSchema(kind string, steps []pathStep) bool {
+func matchSchema(kind string, steps []validation.PathStep) bool {
 	if len(steps) == 0 {
 		return true
 	}
 	s := steps[0]
 	switch {
 	case strings.HasPrefix(kind, "[]"):
-		return s.isIndex && matchSchema(kind[2:], steps[1:])
+		return s.IsIndex && matchSchema(kind[2:], steps[1:])
 	case strings.HasPrefix(kind, "{}"):
 		// A key may hold dots: try each number of steps it can span.
 		for n := 1; n <= len(steps); n++ {
-			if steps[n-1].isIndex {
+			if steps[n-1].IsIndex {
 				break
 			}
 			if matchSchema(kind[2:], steps[n:]) {
@@ -66,9 +40,9 @@ func matchSchema(kind string, steps []pathStep) bool {
 			}
 		}
 		return false
-	case kind == "" || s.isIndex:
+	case kind == "" || s.IsIndex:
 		return false
 	}
-	next, ok := kubeVirtSchema[kind][s.name]
+	next, ok := kubeVirtSchema[kind][s.Name]
 	return ok && matchSchema(next, steps[1:])
 }

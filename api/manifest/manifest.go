@@ -455,27 +455,4 @@ func decodeError(err error) *field.Error {
 }
 
 // parsePath parses a path such as "spec.volumes[0].dataVolume".
-func parsePath(s string) *field.Path {
-	var p *field.Path
-	for _, part := range strings.Split(s, ".") {
-		name, rest, _ := strings.Cut(part, "[")
-		if name != "" {
-			if p == nil {
-				p = field.NewPath(name)
-			} else {
-				p = p.Child(name)
-			}
-		}
-		for rest != "" {
-			idx, after, _ := strings.Cut(rest, "]")
-			var i int
-			if _, err := fmt.Sscanf(idx, "%d", &i); err == nil && p != nil {
-				p = p.Index(i)
-			} else if p != nil {
-				p = p.Key(idx)
-			}
-			rest = strings.TrimPrefix(after, "[")
-		}
-	}
-	return p
-}
+func parsePath(s string) *field.Path { return validation.FieldPath(validation.SplitPath(s)) }

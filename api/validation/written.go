@@ -63,7 +63,7 @@ func AsWritten(errs field.ErrorList, obj any, written map[string]any) field.Erro
 }
 
 func asWritten(e *field.Error, spec *v1.VirtualMachineInstanceSpec, specPath string, written map[string]any) *field.Error {
-	steps := splitPath(e.Field)
+	steps := SplitPath(e.Field)
 	if e.Field == "" || e.Field == "<nil>" || present(written, steps) {
 		return e
 	}
@@ -83,15 +83,15 @@ func asWritten(e *field.Error, spec *v1.VirtualMachineInstanceSpec, specPath str
 			switch {
 			case underPath(rel, "domain.memory.guest"):
 				for _, from := range []string{memory, requests} {
-					if present(written, splitPath(from)) {
+					if present(written, SplitPath(from)) {
 						return moved(from, "")
 					}
 				}
 			case underPath(rel, "domain.resources.requests.memory") || underPath(rel, "domain.resources.requests[memory]"):
-				if present(written, splitPath(guest)) {
+				if present(written, SplitPath(guest)) {
 					return moved(guest, "")
 				}
-			case underPath(rel, "domain.devices.disks") && !present(written, splitPath(specPath+"."+diskOf(rel))):
+			case underPath(rel, "domain.devices.disks") && !present(written, SplitPath(specPath+"."+diskOf(rel))):
 				if to, ok := diskVolume(rel, spec); ok {
 					return moved(specPath+"."+to, "on "+e.Field+", the disk kemu adds for this volume")
 				}
@@ -114,15 +114,15 @@ func asWritten(e *field.Error, spec *v1.VirtualMachineInstanceSpec, specPath str
 // "volumes[j]" (or "volumes[j].name" for an error on the disk's name), from
 // rel, a path under "domain.devices.disks".
 func diskVolume(rel string, spec *v1.VirtualMachineInstanceSpec) (string, bool) {
-	steps := splitPath(rel)
-	if len(steps) < 4 || !steps[3].isIndex || steps[3].index >= len(spec.Domain.Devices.Disks) {
+	steps := SplitPath(rel)
+	if len(steps) < 4 || !steps[3].IsIndex || steps[3].Index >= len(spec.Domain.Devices.Disks) {
 		return "", false
 	}
-	name := spec.Domain.Devices.Disks[steps[3].index].Name
+	name := spec.Domain.Devices.Disks[steps[3].Index].Name
 	for j, v := range spec.Volumes {
 		if v.Name == name {
 			to := fmt.Sprintf("volumes[%d]", j)
-			if len(steps) == 5 && steps[4].name == "name" {
+			if len(steps) == 5 && steps[4].Name == "name" {
 				to += ".name"
 			}
 			return to, true
@@ -134,36 +134,38 @@ func diskVolume(rel string, spec *v1.VirtualMachineInstanceSpec) (string, bool) 
 // diskOf is the disk's own path, "domain.devices.disks[i]", of rel, a path
 // under it.
 func diskOf(rel string) string {
-	steps := splitPath(rel)
+	steps := SplitPath(rel)
 	if len(steps) < 4 {
 		return rel
 	}
 	return joinPath(steps[:4])
 }
 
-// pathStep is one step of a field path: a field name or map key, or a list
-// index.
-type pathStep struct {
-	name    string
-	index   int
-	isIndex bool
+// PathStep is one step of a field path: a field name, a map key (Keyed:
+// written in brackets), or a list index.
+type PathStep struct {
+	Name    string
+	Keyed   bool
+	Index   int
+	IsIndex bool
 }
 
-// splitPath splits a field.Path's string ("a.b[0].c[key]") into its steps;
-// a map key in brackets is a name step, as in the JSON it names.
-func splitPath(s string) []pathStep {
-	var steps []pathStep
+// SplitPath splits a field path as field.Path and the strict JSON decoder
+// write it ("a.b[0].c[key]") into its steps. It is the one parser of such
+// paths: api/manifest uses it too.
+func SplitPath(s string) []PathStep {
+	var steps []PathStep
 	for _, part := range strings.Split(s, ".") {
 		name, rest, _ := strings.Cut(part, "[")
 		if name != "" {
-			steps = append(steps, pathStep{name: name})
+			steps = append(steps, PathStep{Name: name})
 		}
 		for rest != "" {
 			idx, after, _ := strings.Cut(rest, "]")
 			if i, err := strconv.Atoi(idx); err == nil {
-				steps = append(steps, pathStep{index: i, isIndex: true})
+				steps = append(steps, PathStep{Index: i, IsIndex: true})
 			} else {
-				steps = append(steps, pathStep{name: idx})
+				steps = append(steps, PathStep{Name: idx, Keyed: true})
 			}
 			rest = strings.TrimPrefix(after, "[")
 		}
@@ -171,40 +173,60 @@ func splitPath(s string) []pathStep {
 	return steps
 }
 
-func joinPath(steps []pathStep) string {
+// FieldPath turns steps back into a *field.Path (nil for none).
+func FieldPath(steps []PathStep) *field.Path {
+	var p *field.Path
+	for _, s := range steps {
+		switch {
+		case p == nil && s.IsIndex:
+			continue // no field to index
+		case p == nil:
+			p = field.NewPath(s.Name)
+		case s.IsIndex:
+			p = p.Index(s.Index)
+		case s.Keyed:
+			p = p.Key(s.Name)
+		default:
+			p = p.Child(s.Name)
+		}
+	}
+	return p
+}
+
+func joinPath(steps []PathStep) string {
 	var b strings.Builder
 	for i, s := range steps {
 		switch {
-		case s.isIndex:
-			fmt.Fprintf(&b, "[%d]", s.index)
+		case s.IsIndex:
+			fmt.Fprintf(&b, "[%d]", s.Index)
 		case i > 0:
-			b.WriteString("." + s.name)
+			b.WriteString("." + s.Name)
 		default:
-			b.WriteString(s.name)
+			b.WriteString(s.Name)
 		}
 	}
 	return b.String()
 }
 
 // present says whether the generic JSON object obj has a value at steps.
-func present(obj map[string]any, steps []pathStep) bool {
+func present(obj map[string]any, steps []PathStep) bool {
 	var cur any = obj
 	for _, s := range steps {
 		switch c := cur.(type) {
 		case map[string]any:
-			if s.isIndex {
+			if s.IsIndex {
 				return false
 			}
-			v, ok := c[s.name]
+			v, ok := c[s.Name]
 			if !ok {
 				return false
 			}
 			cur = v
 		case []any:
-			if !s.isIndex || s.index < 0 || s.index >= len(c) {
+			if !s.IsIndex || s.Index < 0 || s.Index >= len(c) {
 				return false
 			}
-			cur = c[s.index]
+			cur = c[s.Index]
 		default:
 			return false
 		}
