@@ -603,7 +603,13 @@ type Volume struct {
 	// +optional
 	Sysprep *SysprepSource `json:"sysprep,omitempty"`
 
-	DataVolume      *Unsupported `json:"dataVolume,omitempty"`
+	// DataVolume is the PVC of a CDI DataVolume of this name, used as
+	// persistentVolumeClaim uses a claim; the VMI's launcher Pod waits
+	// until the DataVolume (or, without CDI, the claim) is ready
+	// (docs/api.md#datavolumes).
+	// +optional
+	DataVolume *DataVolumeSource `json:"dataVolume,omitempty"`
+
 	DownwardMetrics *Unsupported `json:"downwardMetrics,omitempty"`
 	MemoryDump      *Unsupported `json:"memoryDump,omitempty"`
 }
@@ -767,6 +773,15 @@ type PersistentVolumeClaimVolumeSource struct {
 	// ReadOnly attaches the claim read-only.
 	// +optional
 	ReadOnly bool `json:"readOnly,omitempty"`
+
+	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
+}
+
+// DataVolumeSource names a CDI DataVolume of the VMI's namespace; the
+// volume is the PVC of the same name, as file system (disk.img) or block.
+type DataVolumeSource struct {
+	// Name of both the DataVolume and its PVC.
+	Name string `json:"name"`
 
 	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
 }
