@@ -912,6 +912,17 @@ const (
 	// command. The reason names the failed check, the message what was
 	// found. Removed once the Pod's own launcher answers.
 	VirtualMachineInstanceLauncherUnverified VirtualMachineInstanceConditionType = "LauncherUnverified"
+	// VirtualMachineInstanceDataVolumesReady (KubeVirt's) is on a VMI with
+	// dataVolume volumes (or claims a DataVolume controls): True, reason
+	// AllDVsReady, once every one is ready for the launcher Pod; False,
+	// NotAllDVsReady, with what is waited for, while not.
+	VirtualMachineInstanceDataVolumesReady VirtualMachineInstanceConditionType = "DataVolumesReady"
+)
+
+// Reasons of the DataVolumesReady condition (KubeVirt's).
+const (
+	VirtualMachineInstanceReasonAllDVsReady    = "AllDVsReady"
+	VirtualMachineInstanceReasonNotAllDVsReady = "NotAllDVsReady"
 )
 
 // VirtualMachineInstanceCondition is one condition of a VMI.
