@@ -10,6 +10,8 @@ package cdi
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,4 +139,31 @@ func Installed(ctx context.Context, d discovery.DiscoveryInterface) (bool, error
 		}
 	}
 	return false, nil
+}
+
+// Probe remembers Installed's answer for TTL (errors are not remembered),
+// for kemu-api's admission, which asks on every VM with
+// dataVolumeTemplates.
+type Probe struct {
+	Discovery discovery.DiscoveryInterface
+	TTL       time.Duration
+
+	mu        sync.Mutex
+	at        time.Time
+	installed bool
+}
+
+// Installed answers from the last discovery younger than TTL, else asks.
+func (p *Probe) Installed(ctx context.Context) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < p.TTL {
+		return p.installed, nil
+	}
+	ok, err := Installed(ctx, p.Discovery)
+	if err != nil {
+		return false, err
+	}
+	p.installed, p.at = ok, time.Now()
+	return ok, nil
 }
