@@ -8,12 +8,14 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	"github.com/kemu-dev/kemu/api/launcherpod"
+	"github.com/kemu-dev/kemu/kube/cdi"
 )
 
 // Runnable is a controller: Run blocks until ctx ends (after the controller's
@@ -34,6 +36,19 @@ type Informers struct {
 	LauncherPods informers.SharedInformerFactory
 	// Kemu watches kemu.dev objects.
 	Kemu kemuinformers.SharedInformerFactory
+	// DataVolumes follows CDI's DataVolumes while CDI's API is installed
+	// (nil until WatchDataVolumes).
+	DataVolumes *cdi.Watcher
+
+	namespace string
+	resync    time.Duration
+}
+
+// WatchDataVolumes sets DataVolumes: a Watcher of the informers' namespace
+// and resync, asking discovery every recheck (cdi.DefaultRecheck when 0).
+func (i *Informers) WatchDataVolumes(kube kubernetes.Interface, dyn dynamic.Interface, recheck time.Duration) *cdi.Watcher {
+	i.DataVolumes = cdi.NewWatcher(kube.Discovery(), dyn, i.namespace, i.resync, recheck)
+	return i.DataVolumes
 }
 
 // NewInformers returns factories for namespace ("" = all namespaces) with
@@ -45,7 +60,9 @@ func NewInformers(kube kubernetes.Interface, kemu versioned.Interface, namespace
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = launcherpod.AppLabel + "=" + launcherpod.AppLauncher
 			})),
-		Kemu: kemuinformers.NewSharedInformerFactoryWithOptions(kemu, resync, kemuinformers.WithNamespace(namespace)),
+		Kemu:      kemuinformers.NewSharedInformerFactoryWithOptions(kemu, resync, kemuinformers.WithNamespace(namespace)),
+		namespace: namespace,
+		resync:    resync,
 	}
 }
 
@@ -55,9 +72,13 @@ func (i *Informers) Start(ctx context.Context) {
 	i.Kube.Start(ctx.Done())
 	i.LauncherPods.Start(ctx.Done())
 	i.Kemu.Start(ctx.Done())
+	if i.DataVolumes != nil {
+		go i.DataVolumes.Run(ctx)
+	}
 }
 
-// Shutdown stops the informers and waits for them (after ctx of Start ended).
+// Shutdown stops the informers and waits for them (after ctx of Start
+// ended; the DataVolumes Watcher stops with that ctx).
 func (i *Informers) Shutdown() {
 	i.Kube.Shutdown()
 	i.LauncherPods.Shutdown()

@@ -114,7 +114,6 @@ func TestKubeVirtFieldsKemuDoesNotDeclare(t *testing.T) {
 	unsupported := "Forbidden: " + validation.UnsupportedDetail
 	unknown := "Forbidden: " + UnknownFieldDetail
 	want := map[string]string{
-		"spec.dataVolumeTemplates":                                     unsupported,
 		"spec.template.spec.domain.rebootPolicy":                       unsupported,
 		"spec.template.spec.domain.memory.reservedOverhead":            unsupported,
 		"spec.template.spec.domain.devices.video":                      unsupported,

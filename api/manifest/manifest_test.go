@@ -99,13 +99,13 @@ func TestBadManifests(t *testing.T) {
 		want []string
 	}{
 		{
-			name: "KubeVirt GPUs, SR-IOV, multus, dataVolume",
+			name: "KubeVirt GPUs, SR-IOV, multus, a hotpluggable dataVolume",
 			in:   mustRead(t, "testdata/bad/unsupported.yaml"),
 			want: []string{
 				"Forbidden spec.domain.devices.gpus",
 				"Forbidden spec.domain.devices.interfaces[1].sriov",
 				"Forbidden spec.networks[1].multus",
-				"Forbidden spec.volumes[0].dataVolume",
+				"Forbidden spec.volumes[0].dataVolume.hotpluggable",
 			},
 		},
 		{
@@ -120,8 +120,8 @@ func TestBadManifests(t *testing.T) {
 		},
 		{
 			name: "JSON with an unsupported field",
-			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"vm"},"spec":{"dataVolumeTemplates":[{"metadata":{"name":"d"}}],"runStrategy":"Always","template":{"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{}}}}}}`,
-			want: []string{"Forbidden spec.dataVolumeTemplates"},
+			in:   `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"vm"},"spec":{"updateVolumesStrategy":"Migration","runStrategy":"Always","template":{"spec":{"domain":{"memory":{"guest":"64Mi"},"devices":{}}}}}}`,
+			want: []string{"Forbidden spec.updateVolumesStrategy"},
 		},
 		{
 			name: "KubeVirt instance type with what kemu cannot run",
@@ -367,12 +367,12 @@ func TestConvertDropsUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"spec.domain.devices.gpus", "spec.domain.devices.interfaces[1].sriov", "spec.networks[1].multus", "spec.volumes[0].dataVolume"}
+	want := []string{"spec.domain.devices.gpus", "spec.domain.devices.interfaces[1].sriov", "spec.networks[1].multus", "spec.volumes[0].dataVolume.hotpluggable"}
 	if !slices.Equal(c.Dropped, want) {
 		t.Errorf("dropped %q, want %q", c.Dropped, want)
 	}
 	out, _ := yaml.Marshal(c.Object)
-	for _, gone := range []string{"gpus", "sriov", "multus", "dataVolume", "kubevirt.io"} {
+	for _, gone := range []string{"gpus", "sriov", "multus", "hotpluggable", "kubevirt.io"} {
 		if strings.Contains(string(out), gone) {
 			t.Errorf("converted manifest still has %q:\n%s", gone, out)
 		}

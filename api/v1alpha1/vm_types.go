@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -79,8 +80,33 @@ type VirtualMachineSpec struct {
 	// +optional
 	Preference *PreferenceMatcher `json:"preference,omitempty"`
 
-	DataVolumeTemplates   UnsupportedList    `json:"dataVolumeTemplates,omitempty"`
+	// DataVolumeTemplates are CDI DataVolumes the VM controller creates
+	// (owned by the VM) before it starts a VMI; each must be used by a
+	// dataVolume (or persistentVolumeClaim) volume of the template. Needs
+	// CDI's API (cdi.kubevirt.io) in the cluster (docs/vm.md#datavolumetemplates).
+	// +optional
+	DataVolumeTemplates []DataVolumeTemplateSpec `json:"dataVolumeTemplates,omitempty"`
+
 	UpdateVolumesStrategy *UnsupportedScalar `json:"updateVolumesStrategy,omitempty"`
+}
+
+// DataVolumeTemplateSpec is a DataVolume the VM controller creates: its
+// metadata (name, labels, annotations) and CDI's spec, passed on as given.
+type DataVolumeTemplateSpec struct {
+	// APIVersion and Kind are accepted and not used, as in KubeVirt (whose
+	// template inlines TypeMeta only for backwards compatibility).
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// Spec is CDI's DataVolumeSpec (cdi.kubevirt.io/v1beta1), which kemu
+	// does not interpret beyond KubeVirt's admission checks.
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Spec runtime.RawExtension `json:"spec"`
 }
 
 // VirtualMachineInstanceTemplateSpec is a VMI's metadata and spec.

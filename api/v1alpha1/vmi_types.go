@@ -603,7 +603,13 @@ type Volume struct {
 	// +optional
 	Sysprep *SysprepSource `json:"sysprep,omitempty"`
 
-	DataVolume      *Unsupported `json:"dataVolume,omitempty"`
+	// DataVolume is the PVC of a CDI DataVolume of this name, used as
+	// persistentVolumeClaim uses a claim; the VMI's launcher Pod waits
+	// until the DataVolume (or, without CDI, the claim) is ready
+	// (docs/api.md#datavolumes).
+	// +optional
+	DataVolume *DataVolumeSource `json:"dataVolume,omitempty"`
+
 	DownwardMetrics *Unsupported `json:"downwardMetrics,omitempty"`
 	MemoryDump      *Unsupported `json:"memoryDump,omitempty"`
 }
@@ -771,6 +777,15 @@ type PersistentVolumeClaimVolumeSource struct {
 	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
 }
 
+// DataVolumeSource names a CDI DataVolume of the VMI's namespace; the
+// volume is the PVC of the same name, as file system (disk.img) or block.
+type DataVolumeSource struct {
+	// Name of both the DataVolume and its PVC.
+	Name string `json:"name"`
+
+	Hotpluggable *UnsupportedBool `json:"hotpluggable,omitempty"`
+}
+
 // EphemeralVolumeSource is a PVC under a throw-away qcow2 overlay.
 type EphemeralVolumeSource struct {
 	// PersistentVolumeClaim is the claim, as file system (disk.img) or
@@ -897,6 +912,17 @@ const (
 	// command. The reason names the failed check, the message what was
 	// found. Removed once the Pod's own launcher answers.
 	VirtualMachineInstanceLauncherUnverified VirtualMachineInstanceConditionType = "LauncherUnverified"
+	// VirtualMachineInstanceDataVolumesReady (KubeVirt's) is on a VMI with
+	// dataVolume volumes (or claims a DataVolume controls): True, reason
+	// AllDVsReady, once every one is ready for the launcher Pod; False,
+	// NotAllDVsReady, with what is waited for, while not.
+	VirtualMachineInstanceDataVolumesReady VirtualMachineInstanceConditionType = "DataVolumesReady"
+)
+
+// Reasons of the DataVolumesReady condition (KubeVirt's).
+const (
+	VirtualMachineInstanceReasonAllDVsReady    = "AllDVsReady"
+	VirtualMachineInstanceReasonNotAllDVsReady = "NotAllDVsReady"
 )
 
 // VirtualMachineInstanceCondition is one condition of a VMI.

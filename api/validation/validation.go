@@ -81,6 +81,7 @@ func ValidateVirtualMachine(vm *v1.VirtualMachine) field.ErrorList {
 			string(v1.RunStrategyRerunOnFailure), string(v1.RunStrategyOnce))...)
 	}
 	allErrs = append(allErrs, ValidateMatchers(vm, spec)...)
+	allErrs = append(allErrs, ValidateDataVolumeTemplates(vm, spec.Child("dataVolumeTemplates"))...)
 	if vm.Spec.Template == nil {
 		allErrs = append(allErrs, field.Required(spec.Child("template"), "a VM needs a VMI template"))
 	} else {
@@ -407,7 +408,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		switch {
 		case len(sources) == 0:
 			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
-				"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI or sysprep"))
+				"emptyDisk, hostDisk, persistentVolumeClaim, dataVolume, ephemeral, configMap, secret, serviceAccount, downwardAPI or sysprep"))
 		case len(sources) > 1:
 			allErrs = append(allErrs, field.Invalid(p, strings.Join(sources, ", "), "a volume has exactly one source"))
 		}
@@ -471,6 +472,9 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		if pvc := v.PersistentVolumeClaim; pvc != nil {
 			allErrs = append(allErrs, claimName(p.Child("persistentVolumeClaim", "claimName"), pvc.ClaimName)...)
 		}
+		if dv := v.DataVolume; dv != nil {
+			allErrs = append(allErrs, claimName(p.Child("dataVolume", "name"), dv.Name)...)
+		}
 		if e := v.Ephemeral; e != nil {
 			ep := p.Child("ephemeral", "persistentVolumeClaim")
 			if e.PersistentVolumeClaim == nil {
@@ -520,13 +524,13 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.DownwardAPI != nil, "downwardAPI")
 	add(v.Sysprep != nil, "sysprep")
 	add(v.Ephemeral != nil, "ephemeral")
+	add(v.DataVolume != nil, "dataVolume")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {
 		set  bool
 		name string
 	}{
-		{v.DataVolume != nil, "dataVolume"},
 		{v.DownwardMetrics != nil, "downwardMetrics"}, {v.MemoryDump != nil, "memoryDump"},
 	} {
 		add(u.set, u.name)

@@ -267,7 +267,8 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 				vmi.Spec.Hostname = &v1.UnsupportedScalar{RawJSON: v1.RawJSON{Raw: []byte(`"h"`)}}
 				vmi.Spec.Networks = []v1.Network{{Name: "default", Multus: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}}}
 				vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", SRIOV: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}}}
-				vmi.Spec.Volumes[0] = v1.Volume{Name: "root", DataVolume: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{"name":"dv"}`)}}}
+				vmi.Spec.Volumes[0] = v1.Volume{Name: "root", DataVolume: &v1.DataVolumeSource{Name: "dv",
+					Hotpluggable: &v1.UnsupportedBool{RawJSON: v1.RawJSON{Raw: []byte(`true`)}}}}
 			},
 			want: []string{
 				"Forbidden spec.domain.devices.autoattachVSOCK",
@@ -276,8 +277,23 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 				"Forbidden spec.hostname",
 				"Forbidden spec.domain.devices.interfaces[0].sriov",
 				"Forbidden spec.networks[0].multus",
-				"Forbidden spec.volumes[0].dataVolume",
+				"Forbidden spec.volumes[0].dataVolume.hotpluggable",
 			},
+		},
+		{
+			name: "dataVolume: the PVC's name rules",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Volumes[0] = v1.Volume{Name: "root", DataVolume: &v1.DataVolumeSource{Name: "Bad_Name"}}
+				vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: "data", DataVolume: &v1.DataVolumeSource{}})
+			},
+			want: []string{"Invalid value spec.volumes[0].dataVolume.name", "Required value spec.volumes[2].dataVolume.name"},
+		},
+		{
+			name: "dataVolume is a volume's one source",
+			mutate: func(vmi *v1.VirtualMachineInstance) {
+				vmi.Spec.Volumes[0].DataVolume = &v1.DataVolumeSource{Name: "dv"}
+			},
+			want: []string{"Invalid value spec.volumes[0]"},
 		},
 		{
 			name: "bad names",

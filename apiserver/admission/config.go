@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -39,6 +40,10 @@ type Config struct {
 	// instance type is refused at create. Nil leaves that to the VM
 	// controller.
 	Instancetypes *instancetypes.Lookup
+	// CDIInstalled, when set, says whether CDI's API is installed: a VM
+	// with dataVolumeTemplates is refused without it, naming
+	// spec.dataVolumeTemplates. Nil leaves that to the VM controller.
+	CDIInstalled func(context.Context) (bool, error)
 }
 
 func (c Config) withDefaults() Config {

@@ -14,6 +14,7 @@ import (
 	"github.com/kemu-dev/kemu/api/instancetype"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/validation"
+	"github.com/kemu-dev/kemu/kube/cdi"
 	"github.com/kemu-dev/kemu/kube/instancetypes"
 )
 
@@ -33,6 +34,7 @@ func (c Config) validateVM(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 	if err := decode(req.Object, "object", &vm); err != nil {
 		return deny(err)
 	}
+	templatesChanged := len(vm.Spec.DataVolumeTemplates) > 0
 	if req.Operation == admissionv1.Update {
 		var old v1.VirtualMachine
 		if err := decode(req.OldObject, "oldObject", &old); err != nil {
@@ -40,6 +42,19 @@ func (c Config) validateVM(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 		}
 		if apiequality.Semantic.DeepEqual(old.Spec, vm.Spec) {
 			return allow()
+		}
+		templatesChanged = templatesChanged && !apiequality.Semantic.DeepEqual(old.Spec.DataVolumeTemplates, vm.Spec.DataVolumeTemplates)
+	}
+	if templatesChanged && c.CDIInstalled != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		installed, err := c.CDIInstalled(ctx)
+		cancel()
+		if err != nil {
+			return deny(fmt.Errorf("spec.dataVolumeTemplates: cannot tell whether CDI's API is installed: %w", err))
+		}
+		if !installed {
+			return invalid(vmKind, vm.Name, field.ErrorList{field.Forbidden(field.NewPath("spec", "dataVolumeTemplates"),
+				fmt.Sprintf("CDI's API (%s %s) is not installed in the cluster: kemu cannot create DataVolumes", cdi.GroupVersion, cdi.Resource))})
 		}
 	}
 	if vm.Name == "" {

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -62,6 +63,39 @@ func TestValidateVM(t *testing.T) {
 			slices.Sort(got)
 			if resp.Allowed != (len(tt.want) == 0) || !slices.Equal(got, tt.want) {
 				t.Errorf("allowed %v, causes %q, want %q (%+v)", resp.Allowed, got, tt.want, resp.Result)
+			}
+		})
+	}
+}
+
+// A VM with dataVolumeTemplates is refused, naming the field, where CDI's
+// API is not installed; with CDI it passes, and an update that leaves the
+// templates alone is not asked about.
+func TestValidateVMDataVolumeTemplates(t *testing.T) {
+	withDV := strings.Replace(strings.Replace(goodVM, "containerDisk: {image: example/os:1}", "dataVolume: {name: root-dv}", 1),
+		"  running: true\n", "  running: true\n  dataVolumeTemplates:\n  - metadata: {name: root-dv}\n    spec: {source: {blank: {}}, storage: {}}\n", 1)
+	for _, tt := range []struct {
+		name      string
+		installed bool
+		op        admissionv1.Operation
+		old       string
+		want      []string
+	}{
+		{name: "CDI installed", installed: true, op: admissionv1.Create},
+		{name: "CDI not installed", op: admissionv1.Create, want: []string{"spec.dataVolumeTemplates: FieldValueForbidden"}},
+		{name: "update keeping the templates", op: admissionv1.Update, old: strings.Replace(withDV, "128Mi", "256Mi", 1)},
+		{name: "update adding templates", op: admissionv1.Update, old: goodVM, want: []string{"spec.dataVolumeTemplates: FieldValueForbidden"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			asked := false
+			c := Config{CDIInstalled: func(context.Context) (bool, error) { asked = true; return tt.installed, nil }}.withDefaults()
+			resp := c.validateVM(request(t, vmKind, tt.op, "alice", withDV, tt.old))
+			got := causes(resp)
+			if resp.Allowed != (len(tt.want) == 0) || !slices.Equal(got, tt.want) {
+				t.Errorf("allowed %v, causes %q, want %q (%+v)", resp.Allowed, got, tt.want, resp.Result)
+			}
+			if tt.name == "update keeping the templates" && asked {
+				t.Error("asked about CDI for an update that kept the templates")
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -177,6 +178,10 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	metrics.Register()
 	var ready atomic.Bool
 	if o.metricsAddr != "0" {
@@ -198,6 +203,7 @@ func serve(ctx context.Context, o options) error {
 
 	runControllers := func(ctx context.Context) error {
 		inf := controller.NewInformers(kube, kemu, o.namespace, o.resync)
+		inf.WatchDataVolumes(kube, dyn, 0)
 		cs, err := controllers(o, kube, kemu, inf, recorder)
 		if err != nil {
 			return err
@@ -234,11 +240,12 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 		NodeInformer: inf.Kube.Core().V1().Nodes(),
 		PVCInformer:  inf.Kube.Core().V1().PersistentVolumeClaims(),
 		Template:     tmpl, Recorder: recorder, KVM: vmi.KVMPolicy(o.kvm),
+		DataVolumes: inf.DataVolumes,
 	})
 	if err != nil {
 		return nil, err
 	}
-	vmc, err := vm.New(kube, kemu, inf.Kube, inf.Kemu, recorder, vm.Options{})
+	vmc, err := vm.New(kube, kemu, inf.Kube, inf.Kemu, recorder, vm.Options{DataVolumes: inf.DataVolumes})
 	if err != nil {
 		return nil, err
 	}

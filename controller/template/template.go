@@ -216,7 +216,7 @@ func (b *builder) volumes() error {
 		case vol.ContainerDisk != nil:
 			b.containerDisk(diskIndex, &vol)
 			diskIndex++
-		case vol.PersistentVolumeClaim != nil, vol.Ephemeral != nil:
+		case vol.PersistentVolumeClaim != nil, vol.DataVolume != nil, vol.Ephemeral != nil:
 			claim, readOnly, _ := v1.VolumeClaim(&vol)
 			b.pvc(claim, readOnly)
 		case vol.HostDisk != nil:

@@ -267,14 +267,16 @@ func TestRender(t *testing.T) {
 				t.Error("tun requested without interfaces")
 			}
 		}},
-		{"pvc-hostdisk-secret", Input{PVCBlock: map[string]bool{"blk": true}, VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
-			x.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "fs"}, {Name: "blk"}, {Name: "host"}, {Name: "host2"}, {Name: "ci"}}
+		{"pvc-hostdisk-secret", Input{PVCBlock: map[string]bool{"blk": true, "imported-blk": true}, VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "fs"}, {Name: "blk"}, {Name: "host"}, {Name: "host2"}, {Name: "ci"}, {Name: "dv"}, {Name: "dvblk"}}
 			x.Spec.Volumes = []v1.Volume{
 				{Name: "fs", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}},
 				{Name: "blk", PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "blk"}},
 				{Name: "host", HostDisk: &v1.HostDisk{Path: "/var/lib/vms/team/a.img", Type: v1.HostDiskExistsOrCreate, Capacity: ptr(q("1Gi"))}},
 				{Name: "host2", HostDisk: &v1.HostDisk{Path: "/var/lib/vms/b.img", Type: v1.HostDiskExists}},
 				{Name: "ci", CloudInitNoCloud: &v1.CloudInitNoCloudSource{SecretRef: &corev1.LocalObjectReference{Name: "userdata"}}},
+				{Name: "dv", DataVolume: &v1.DataVolumeSource{Name: "imported"}},
+				{Name: "dvblk", DataVolume: &v1.DataVolumeSource{Name: "imported-blk"}},
 			}
 		})}, func(t *testing.T, pod *corev1.Pod) {
 			c := pod.Spec.Containers[0]
@@ -282,8 +284,14 @@ func TestRender(t *testing.T) {
 			if fs := m[launcherpod.PVCRoot+"/data"]; fs.Name == "" || !fs.ReadOnly {
 				t.Errorf("file-system claim mount %+v", fs)
 			}
-			if len(c.VolumeDevices) != 1 || c.VolumeDevices[0].DevicePath != launcherpod.PVCRoot+"/blk" {
-				t.Errorf("block claim %+v", c.VolumeDevices)
+			// A dataVolume is the claim of its name, read-write, like a
+			// persistentVolumeClaim.
+			if dv := m[launcherpod.PVCRoot+"/imported"]; dv.Name == "" || dv.ReadOnly {
+				t.Errorf("dataVolume's file-system claim mount %+v", dv)
+			}
+			if len(c.VolumeDevices) != 2 || c.VolumeDevices[0].DevicePath != launcherpod.PVCRoot+"/blk" ||
+				c.VolumeDevices[1].DevicePath != launcherpod.PVCRoot+"/imported-blk" {
+				t.Errorf("block claims %+v", c.VolumeDevices)
 			}
 			if m["/var/lib/vms"].Name == "" || m[launcherpod.SecretsDir+"/userdata"].Name == "" {
 				t.Errorf("mounts %+v", c.VolumeMounts)

@@ -31,6 +31,7 @@ import (
 	kemuinformers "github.com/kemu-dev/kemu/api/client/informers/externalversions"
 	listers "github.com/kemu-dev/kemu/api/client/listers/api/v1alpha1"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/cdi"
 	"github.com/kemu-dev/kemu/kube/expectations"
 	"github.com/kemu-dev/kemu/kube/instancetypes"
 	"github.com/kemu-dev/kemu/kube/worker"
@@ -59,6 +60,10 @@ type Options struct {
 	StartBackoffJitter float64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// DataVolumes follows CDI's DataVolumes (the caller runs it); nil: CDI
+	// is never looked for, as if not installed, and a VM with
+	// dataVolumeTemplates fails.
+	DataVolumes *cdi.Watcher
 }
 
 func (o *Options) defaults() {
@@ -155,6 +160,14 @@ func New(kube kubernetes.Interface, kemu versioned.Interface, kubeInformers kube
 		DeleteFunc: c.vmiDeleted,
 	}); err != nil {
 		return nil, fmt.Errorf("vm controller: %w", err)
+	}
+	if opts.DataVolumes != nil {
+		opts.DataVolumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.dataVolumeEvent,
+			UpdateFunc: func(_, cur any) { c.dataVolumeEvent(cur) },
+			DeleteFunc: c.dataVolumeEvent,
+		})
+		opts.DataVolumes.OnChange(c.enqueueWithTemplates)
 	}
 	return c, nil
 }

@@ -48,8 +48,18 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			return err
 		}
 	}
+	dvReady := true
+	if syncErr == nil && len(vm.Spec.DataVolumeTemplates) > 0 && vm.DeletionTimestamp == nil {
+		// KubeVirt's order: the DataVolumes are created whatever the run
+		// strategy, and a VMI is created only once they are ready.
+		if dvReady, syncErr, err = c.dataVolumesReady(ctx, key, vm); err != nil {
+			return err
+		}
+	}
 	switch {
 	case syncErr != nil:
+	case !dvReady && vmi == nil:
+		klog.V(3).InfoS("Waiting for DataVolumes to be ready", "vm", klog.KObj(vm))
 	case !c.expectations.Satisfied(key):
 		// The informer's event for the pending create or delete requeues
 		// the VM; this only guards against a lost one.
@@ -66,7 +76,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err := c.updateStatus(ctx, key, vm, vmi, syncErr); err != nil {
 		return err
 	}
-	if syncErr != nil && syncErr.reason != ReasonVMIConflict && syncErr.reason != ReasonInvalidTemplate {
+	if syncErr != nil && syncErr.reason != ReasonVMIConflict && syncErr.reason != ReasonInvalidTemplate &&
+		syncErr.reason != ReasonCDINotInstalled && syncErr.reason != ReasonDataVolumeConflict {
+		// (CDI appearing, and DataVolume events, requeue the others.)
 		return syncErr // retried with the queue's back-off
 	}
 	return nil

@@ -33,6 +33,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/metrics"
 	"github.com/kemu-dev/kemu/controller/template"
+	"github.com/kemu-dev/kemu/kube/cdi"
 	"github.com/kemu-dev/kemu/kube/expectations"
 	"github.com/kemu-dev/kemu/kube/status"
 	"github.com/kemu-dev/kemu/kube/worker"
@@ -68,6 +69,9 @@ type Config struct {
 	PVCInformer  coreinformers.PersistentVolumeClaimInformer
 	Template     *template.Service
 	Recorder     record.EventRecorder
+	// DataVolumes follows CDI's DataVolumes (the caller runs it); nil: CDI
+	// is never looked for, as if not installed.
+	DataVolumes *cdi.Watcher
 	// KVM is the KVM policy; "" is KVMAuto.
 	KVM KVMPolicy
 	// ExpectationsTTL bounds how long an unobserved Pod creation blocks its
@@ -134,8 +138,20 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	// Nodes and PVCs are read while rendering; a missing PVC is retried
-	// (requeue with delay), so they need no handlers.
+	// A pending VMI waits for its claims and DataVolumes: their events
+	// requeue it. Nodes are only read while rendering.
+	claimEvents := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueClaimUsers,
+		UpdateFunc: func(_, obj any) { c.enqueueClaimUsers(obj) },
+		DeleteFunc: c.enqueueClaimUsers,
+	}
+	if _, err := cfg.PVCInformer.Informer().AddEventHandler(claimEvents); err != nil {
+		return nil, err
+	}
+	if cfg.DataVolumes != nil {
+		cfg.DataVolumes.AddEventHandler(claimEvents)
+		cfg.DataVolumes.OnChange(c.enqueuePending)
+	}
 	return c, nil
 }
 

@@ -14,14 +14,17 @@ import (
 
 // Reasons of events, status.reason and the conditions the controller sets.
 const (
-	ReasonInvalidSpec      = "InvalidSpec"
-	ReasonFailedCreate     = "FailedCreate"
-	ReasonPVCNotFound      = "PVCNotFound"
-	ReasonPodVanished      = "PodVanished"
-	ReasonPodFailed        = "PodFailed"
-	ReasonPodSucceeded     = "PodSucceeded"
-	ReasonSuccessfulDelete = "SuccessfulDelete"
-	ReasonFailedDelete     = "FailedDelete"
+	ReasonInvalidSpec  = "InvalidSpec"
+	ReasonFailedCreate = "FailedCreate"
+	ReasonPVCNotFound  = "PVCNotFound"
+	// ReasonFailedDataVolumeImport (KubeVirt's): a DataVolume the VMI
+	// uses is Failed; the VMI fails before its launcher Pod is created.
+	ReasonFailedDataVolumeImport = "FailedDataVolumeImport"
+	ReasonPodVanished            = "PodVanished"
+	ReasonPodFailed              = "PodFailed"
+	ReasonPodSucceeded           = "PodSucceeded"
+	ReasonSuccessfulDelete       = "SuccessfulDelete"
+	ReasonFailedDelete           = "FailedDelete"
 )
 
 // ConditionPodScheduled mirrors the launcher Pod's PodScheduled condition
@@ -32,7 +35,8 @@ const ConditionPodScheduled = v1.VirtualMachineInstanceConditionType(corev1.PodS
 // and may clear (its own and podStartFailures'); the node agent's are left
 // alone.
 var ownSynchronizedReasons = func() map[string]bool {
-	own := map[string]bool{ReasonInvalidSpec: true, ReasonFailedCreate: true, ReasonPVCNotFound: true}
+	own := map[string]bool{ReasonInvalidSpec: true, ReasonFailedCreate: true, ReasonPVCNotFound: true,
+		ReasonFailedDataVolumeImport: true}
 	for reason := range podStartFailures {
 		own[reason] = true
 	}

@@ -29,8 +29,14 @@ const Finalizer = v1.VMIFinalizer
 
 // Delays of re-checks that no event triggers.
 const (
-	// pvcRetry: a VMI waits for a missing PVC (no PVC event handler).
+	// pvcRetry: a safety re-check while a VMI waits for a missing PVC (its
+	// events requeue the VMI).
 	pvcRetry = 10 * time.Second
+	// dataVolumeRetry: a safety re-check while a VMI waits for DataVolumes
+	// or claims to bind (their events requeue it).
+	dataVolumeRetry = 30 * time.Second
+	// cdiRetry: a re-check while CDI's installation is not known yet.
+	cdiRetry = time.Second
 	// expectationsRetry: a safety re-check while a Pod creation is unobserved.
 	expectationsRetry = 30 * time.Second
 )
@@ -140,25 +146,25 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 		return result{}, err
 	}
 	in := template.Input{VMI: defaulted, KVM: c.useKVM(defaulted), PVCBlock: map[string]bool{}}
+	r, res, err := c.claimsReady(ctx, vmi, defaulted)
+	if err != nil || !r.ready {
+		return res, err
+	}
 	for _, vol := range defaulted.Spec.Volumes {
 		claim, _, ok := v1.VolumeClaim(&vol)
 		if !ok {
 			continue
 		}
 		pvc, err := c.pvcLister.PersistentVolumeClaims(vmi.Namespace).Get(claim)
-		if apierrors.IsNotFound(err) {
-			msg := fmt.Sprintf("PersistentVolumeClaim %q (volume %q) not found", claim, vol.Name)
-			return result{requeueAfter: pvcRetry}, c.updateStatus(ctx, vmi, msg, func(vmi *v1.VirtualMachineInstance) {
-				if vmi.Status.Phase == v1.VmPhaseUnset {
-					setPhase(vmi, v1.Pending)
-				}
-				setCondition(vmi, condSynchronized(corev1.ConditionFalse, ReasonPVCNotFound, msg))
-			})
-		}
 		if err != nil {
 			return result{}, err
 		}
 		in.PVCBlock[claim] = pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock
+	}
+	dvReady := func(vmi *v1.VirtualMachineInstance) {
+		if r.dataVolumes {
+			setCondition(vmi, condDataVolumesReady(r))
+		}
 	}
 	want, err := c.cfg.Template.Render(in)
 	if err != nil {
@@ -171,7 +177,7 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 		// Ours (the name derives from the VMI's UID): the cache lags.
 		c.expectations.CreationObserved(key)
 		metrics.PodCreations.WithLabelValues("exists").Inc()
-		return result{}, c.toScheduling(ctx, vmi, want.Name, "launcher Pod "+want.Name+" exists")
+		return result{}, c.toScheduling(ctx, vmi, want.Name, "launcher Pod "+want.Name+" exists", dvReady)
 	case err != nil:
 		c.expectations.CreationObserved(key)
 		metrics.PodCreations.WithLabelValues("error").Inc()
@@ -188,15 +194,82 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 		return result{}, fmt.Errorf("%s", msg)
 	}
 	metrics.PodCreations.WithLabelValues("success").Inc()
-	return result{}, c.toScheduling(ctx, vmi, created.Name, "created launcher Pod "+created.Name)
+	return result{}, c.toScheduling(ctx, vmi, created.Name, "created launcher Pod "+created.Name, dvReady)
+}
+
+// claimsReady decides whether the VMI's claims and DataVolumes let its
+// launcher Pod be created (decideClaims); when not, it records why on the
+// VMI and says when to look again (events of PVCs and DataVolumes requeue
+// it sooner).
+func (c *Controller) claimsReady(ctx context.Context, vmi, defaulted *v1.VirtualMachineInstance) (readiness, result, error) {
+	hasClaims := false
+	for i := range defaulted.Spec.Volumes {
+		if _, _, ok := v1.VolumeClaim(&defaulted.Spec.Volumes[i]); ok {
+			hasClaims = true
+		}
+	}
+	if !hasClaims {
+		return readiness{ready: true}, result{}, nil
+	}
+	installed, known := c.cdiState()
+	if !known {
+		// The first discovery, or a new DataVolume cache: OnChange requeues.
+		klog.FromContext(ctx).V(4).Info("Waiting to learn whether CDI is installed", "vmi", klog.KObj(vmi))
+		return readiness{}, result{requeueAfter: cdiRetry}, nil
+	}
+	claims, err := c.claimInputs(ctx, defaulted, installed)
+	if err != nil {
+		return readiness{}, result{}, err
+	}
+	r := decideClaims(installed, claims)
+	switch {
+	case r.ready:
+		return r, result{}, nil
+	case r.failed != "":
+		msg := r.failed
+		c.cfg.Recorder.Event(vmi, corev1.EventTypeWarning, ReasonFailedDataVolumeImport, msg)
+		return r, result{}, c.updateStatus(ctx, vmi, msg, func(vmi *v1.VirtualMachineInstance) {
+			if vmi.Status.Phase.IsFinal() {
+				return
+			}
+			setPhase(vmi, v1.Failed)
+			vmi.Status.Reason = ReasonFailedDataVolumeImport
+			setCondition(vmi, condSynchronized(corev1.ConditionFalse, ReasonFailedDataVolumeImport, msg))
+			setCondition(vmi, condDataVolumesReady(r))
+		})
+	case r.missing != "":
+		msg := r.missing
+		return r, result{requeueAfter: pvcRetry}, c.updateStatus(ctx, vmi, msg, func(vmi *v1.VirtualMachineInstance) {
+			if vmi.Status.Phase == v1.VmPhaseUnset {
+				setPhase(vmi, v1.Pending)
+			}
+			setCondition(vmi, condSynchronized(corev1.ConditionFalse, ReasonPVCNotFound, msg))
+			if r.dataVolumes {
+				setCondition(vmi, condDataVolumesReady(r))
+			}
+		})
+	}
+	klog.FromContext(ctx).V(3).Info("Delaying the launcher Pod while DataVolumes populate or claims bind",
+		"vmi", klog.KObj(vmi), "waiting", r.waiting)
+	return r, result{requeueAfter: dataVolumeRetry}, c.updateStatus(ctx, vmi, "waiting for DataVolumes", func(vmi *v1.VirtualMachineInstance) {
+		if vmi.Status.Phase == v1.VmPhaseUnset {
+			setPhase(vmi, v1.Pending)
+		}
+		removeOwnSynchronized(vmi)
+		setCondition(vmi, condDataVolumesReady(r))
+	})
 }
 
 // toScheduling records the Pod and moves Pending (or unset) to Scheduling,
 // in one status write.
-func (c *Controller) toScheduling(ctx context.Context, vmi *v1.VirtualMachineInstance, podName, why string) error {
+func (c *Controller) toScheduling(ctx context.Context, vmi *v1.VirtualMachineInstance, podName, why string,
+	also ...func(*v1.VirtualMachineInstance)) error {
 	return c.updateStatus(ctx, vmi, why, func(vmi *v1.VirtualMachineInstance) {
 		if vmi.Status.Phase != v1.VmPhaseUnset && vmi.Status.Phase != v1.Pending {
 			return
+		}
+		for _, f := range also {
+			f(vmi)
 		}
 		if vmi.Status.Phase == v1.VmPhaseUnset {
 			setPhase(vmi, v1.Pending)

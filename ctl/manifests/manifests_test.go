@@ -40,7 +40,7 @@ func TestValidateReportsPaths(t *testing.T) {
 	}
 	for _, want := range []string{
 		"spec.domain.devices.gpus: Forbidden: kemu does not support this KubeVirt field",
-		"spec.volumes[0].dataVolume: Forbidden",
+		"spec.volumes[0].dataVolume.hotpluggable: Forbidden",
 		"spec.networks[1].multus: Forbidden",
 	} {
 		if !strings.Contains(stdout, want) {

@@ -80,6 +80,7 @@ const (
 	KindDownwardAPI           = "downwardAPI"
 	KindSysprep               = "sysprep"
 	KindEphemeral             = "ephemeral"
+	KindDataVolume            = "dataVolume"
 )
 
 // Disk formats.
@@ -347,6 +348,8 @@ func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string
 		return pr.hostDisk(v, field+".hostDisk")
 	case v.PersistentVolumeClaim != nil:
 		return pr.pvc(v, field+".persistentVolumeClaim")
+	case v.DataVolume != nil:
+		return pr.dataVolume(v, field+".dataVolume")
 	case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
 		return pr.ephemeral(v, field+".ephemeral.persistentVolumeClaim")
 	case v.CloudInitNoCloud != nil:
@@ -607,6 +610,18 @@ func (pr *preparer) pvc(v *v1alpha1.Volume, field string) (Volume, error) {
 		return Volume{}, err
 	}
 	vol.Kind, vol.ReadOnly = KindPersistentVolumeClaim, c.ReadOnly
+	return vol, nil
+}
+
+// dataVolume is the PVC of the DataVolume's name, read-write, found as a
+// persistentVolumeClaim's (KubeVirt's rule: a DataVolume and its PVC share
+// the name).
+func (pr *preparer) dataVolume(v *v1alpha1.Volume, field string) (Volume, error) {
+	vol, err := pr.claim(v.DataVolume.Name, field+".name")
+	if err != nil {
+		return Volume{}, err
+	}
+	vol.Kind = KindDataVolume
 	return vol, nil
 }
 

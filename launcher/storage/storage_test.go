@@ -221,10 +221,12 @@ func TestPrepareEveryKind(t *testing.T) {
 		v1alpha1.Volume{Name: "hd-keep", HostDisk: &v1alpha1.HostDisk{Path: large, Type: v1alpha1.HostDiskExistsOrCreate, Capacity: ptr(qty("1Ki"))}},
 		v1alpha1.Volume{Name: "pvc", PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1", ReadOnly: true}},
 		v1alpha1.Volume{Name: "eph", Ephemeral: &v1alpha1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1"}}},
+		v1alpha1.Volume{Name: "dv", DataVolume: &v1alpha1.DataVolumeSource{Name: "claim1"}},
 	)
 	if blockClaim != "" {
 		vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1alpha1.Volume{Name: "blk",
 			PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "blockclaim"}},
+			v1alpha1.Volume{Name: "dv-blk", DataVolume: &v1alpha1.DataVolumeSource{Name: "blockclaim"}},
 			v1alpha1.Volume{Name: "eph-blk", Ephemeral: &v1alpha1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "blockclaim"}}})
 	}
 	vmi.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{
@@ -333,9 +335,17 @@ func TestPrepareEveryKind(t *testing.T) {
 	if v := p.Volumes["pvc"]; v.Path != filepath.Join(pvcRoot, "claim1", "disk.img") || !v.ReadOnly || v.Format != FormatRaw || v.Size != 1<<20 || v.Block {
 		t.Errorf("pvc: %+v", v)
 	}
+	// dataVolume: the PVC of the DataVolume's name, read-write.
+	if v := p.Volumes["dv"]; v.Kind != KindDataVolume || v.Path != filepath.Join(pvcRoot, "claim1", "disk.img") || v.ReadOnly ||
+		v.Format != FormatRaw || v.Size != 1<<20 || v.Block {
+		t.Errorf("dv: %+v", v)
+	}
 	if blockClaim != "" {
 		if v := p.Volumes["blk"]; !v.Block || v.Size != 4<<20 || v.Path != filepath.Join(pvcRoot, "blockclaim") || v.ReadOnly {
 			t.Errorf("blk: %+v", v)
+		}
+		if v := p.Volumes["dv-blk"]; v.Kind != KindDataVolume || !v.Block || v.Size != 4<<20 || v.Path != filepath.Join(pvcRoot, "blockclaim") || v.ReadOnly {
+			t.Errorf("dv-blk: %+v", v)
 		}
 	}
 
@@ -540,6 +550,10 @@ func TestPrepareErrors(t *testing.T) {
 			field: "spec.volumes[0].persistentVolumeClaim.claimName", text: "has no disk.img"},
 		{name: "pvc bad name", vols: []v1alpha1.Volume{{Name: "p", PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "../x"}}},
 			field: "spec.volumes[0].persistentVolumeClaim.claimName", text: "invalid claim name"},
+		{name: "dataVolume's PVC missing", vols: []v1alpha1.Volume{good, {Name: "d", DataVolume: &v1alpha1.DataVolumeSource{Name: "nope"}}},
+			field: "spec.volumes[1].dataVolume.name", text: `claim "nope" not found`},
+		{name: "dataVolume's PVC without disk.img", vols: []v1alpha1.Volume{{Name: "d", DataVolume: &v1alpha1.DataVolumeSource{Name: "nodisk"}}},
+			field: "spec.volumes[0].dataVolume.name", text: "has no disk.img"},
 		{name: "pvc no root", vols: []v1alpha1.Volume{{Name: "p", PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{ClaimName: "x"}}},
 			opts: func(o *Options) { o.PVCRoot = "" }, field: "spec.volumes[0].persistentVolumeClaim.claimName", text: "no claim directory"},
 		{name: "containerDisk missing image", vols: []v1alpha1.Volume{good, cd("oci:/nonexistent/layout", "")},
@@ -569,7 +583,7 @@ func TestPrepareErrors(t *testing.T) {
 			field: "spec.volumes[1].name", text: "already used by spec.volumes[0]"},
 		{name: "bad name", vols: []v1alpha1.Volume{{Name: "../x", EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: qty("1Mi")}}},
 			field: "spec.volumes[0].name", text: "invalid volume name"},
-		{name: "no source", vols: []v1alpha1.Volume{good, {Name: "dv", DataVolume: &v1alpha1.Unsupported{}}},
+		{name: "no source", vols: []v1alpha1.Volume{good, {Name: "dm", MemoryDump: &v1alpha1.Unsupported{}}},
 			field: "spec.volumes[1]", text: "no supported source"},
 		{name: "kernel path missing", vols: []v1alpha1.Volume{good},
 			kb:    &v1alpha1.KernelBootContainer{Image: "oci:" + a.KernelBootOCI, KernelPath: "/boot/nope"},

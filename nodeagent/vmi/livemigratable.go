@@ -55,7 +55,7 @@ func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.
 		switch {
 		case vol.HostDisk != nil:
 			bad = append(bad, fmt.Sprintf("volume %s is a hostDisk (a file on the node)", vol.Name))
-		case vol.PersistentVolumeClaim != nil, vol.Ephemeral != nil:
+		case vol.PersistentVolumeClaim != nil, vol.DataVolume != nil, vol.Ephemeral != nil:
 			// An ephemeral volume's claim is only read (under the
 			// overlay each node has): ReadOnlyMany will do.
 			claim, readOnly, _ := v1.VolumeClaim(&vol)

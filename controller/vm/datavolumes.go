@@ -1,0 +1,224 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kemu-dev/kemu/api/launcherpod"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/cdi"
+)
+
+// Reasons of the VM's events and Failure condition about its
+// dataVolumeTemplates (KubeVirt's where it has them).
+const (
+	ReasonDataVolumeCreated      = "SuccessfulDataVolumeCreate"
+	ReasonFailedDataVolumeCreate = "FailedDataVolumeCreate"
+	ReasonFailedDataVolumeImport = "FailedDataVolumeImport"
+	// ReasonDataVolumeConflict: a DataVolume of a template's name is
+	// controlled by another object.
+	ReasonDataVolumeConflict = "DataVolumeConflict"
+	// ReasonCDINotInstalled: the VM has dataVolumeTemplates and CDI's API
+	// is not installed.
+	ReasonCDINotInstalled = "CDINotInstalled"
+)
+
+// dataVolumesReady creates the DataVolumes of the VM's templates that do
+// not exist (owned by the VM, KubeVirt's handleDataVolumes), adopts
+// orphans and says whether every one is ready for a VMI: Succeeded,
+// PendingPopulation or WaitForFirstConsumer. It reports CDI missing, a
+// DataVolume another object controls and a failed create as a syncError.
+func (c *Controller) dataVolumesReady(ctx context.Context, key string, vm *v1.VirtualMachine) (bool, *syncError, error) {
+	installed, known := c.cdiState()
+	switch {
+	case !known:
+		c.queue.AddAfter(key, cdiRetry)
+		return false, nil, nil
+	case !installed:
+		msg := fmt.Sprintf("spec.dataVolumeTemplates: CDI's API (%s %s) is not installed in the cluster", cdi.GroupVersion, cdi.Resource)
+		c.recorder.Event(vm, corev1.EventTypeWarning, ReasonCDINotInstalled, msg)
+		return false, &syncError{ReasonCDINotInstalled, msg}, nil
+	}
+	ready := true
+	for i := range vm.Spec.DataVolumeTemplates {
+		t := &vm.Spec.DataVolumeTemplates[i]
+		dv, found, err := c.opts.DataVolumes.Get(vm.Namespace, t.Name)
+		if err != nil {
+			return false, nil, fmt.Errorf("reading DataVolume %s/%s: %w", vm.Namespace, t.Name, err)
+		}
+		if !found {
+			ready = false
+			if serr := c.createDataVolume(ctx, vm, t); serr != nil {
+				return false, serr, nil
+			}
+			continue
+		}
+		ref := ownerOf(dv.OwnerReferences)
+		switch {
+		case ref != nil && ref.UID == vm.UID:
+		case ref != nil:
+			msg := fmt.Sprintf("DataVolume %s/%s is controlled by %s %s, not by this VM", dv.Namespace, dv.Name, ref.Kind, ref.Name)
+			c.recorder.Event(vm, corev1.EventTypeWarning, ReasonDataVolumeConflict, msg)
+			return false, &syncError{ReasonDataVolumeConflict, msg}, nil
+		default:
+			if err := c.adoptDataVolume(ctx, vm, dv); err != nil {
+				return false, nil, err
+			}
+		}
+		switch dv.Phase {
+		case cdi.PhaseSucceeded, cdi.PhasePendingPopulation, cdi.PhaseWaitForFirstConsumer:
+		case cdi.PhaseFailed:
+			ready = false
+			c.recorder.Eventf(vm, corev1.EventTypeWarning, ReasonFailedDataVolumeImport, "%s", dv.FailureMessage())
+		default:
+			ready = false
+		}
+	}
+	return ready, nil, nil
+}
+
+func ownerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {
+	for i := range refs {
+		if refs[i].Controller != nil && *refs[i].Controller {
+			return &refs[i]
+		}
+	}
+	return nil
+}
+
+// newDataVolume renders a template as KubeVirt does: its name and labels
+// (plus the VM's UID under kemu's created-by label), its annotations (plus
+// CDI's allowClaimAdoption), the VM's namespace, the VM as controller, and
+// the spec as given.
+func newDataVolume(vm *v1.VirtualMachine, t *v1.DataVolumeTemplateSpec) (*unstructured.Unstructured, error) {
+	var spec map[string]any
+	if err := json.Unmarshal(t.Spec.Raw, &spec); err != nil {
+		return nil, fmt.Errorf("spec.dataVolumeTemplates %s: spec: %w", t.Name, err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(cdi.GVK)
+	u.SetName(t.Name)
+	u.SetNamespace(vm.Namespace)
+	labels := maps.Clone(t.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[launcherpod.CreatedByLabel] = string(vm.UID)
+	u.SetLabels(labels)
+	annotations := maps.Clone(t.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[cdi.AllowClaimAdoptionAnnotation] = "true"
+	u.SetAnnotations(annotations)
+	u.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(vm, vmKind)})
+	return u, nil
+}
+
+func (c *Controller) createDataVolume(ctx context.Context, vm *v1.VirtualMachine, t *v1.DataVolumeTemplateSpec) *syncError {
+	u, err := newDataVolume(vm, t)
+	if err != nil {
+		return &syncError{ReasonFailedDataVolumeCreate, err.Error()}
+	}
+	_, err = c.opts.DataVolumes.Resource().Namespace(vm.Namespace).Create(ctx, u, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil // the cache lags; its event requeues the VM
+	case apierrors.IsNotFound(err):
+		c.opts.DataVolumes.Recheck() // CDI's API went away?
+		fallthrough
+	case err != nil:
+		msg := fmt.Sprintf("creating DataVolume %s/%s: %v", vm.Namespace, t.Name, err)
+		c.recorder.Eventf(vm, corev1.EventTypeWarning, ReasonFailedDataVolumeCreate, "Error creating DataVolume %s: %v", t.Name, err)
+		return &syncError{ReasonFailedDataVolumeCreate, msg}
+	}
+	klog.InfoS("Created DataVolume", "vm", klog.KObj(vm), "dataVolume", t.Name)
+	c.recorder.Eventf(vm, corev1.EventTypeNormal, ReasonDataVolumeCreated, "Created DataVolume %s", t.Name)
+	return nil
+}
+
+// adoptDataVolume makes the VM the controller of an orphan DataVolume of a
+// template's name, as KubeVirt's ClaimMatchedDataVolumes does.
+func (c *Controller) adoptDataVolume(ctx context.Context, vm *v1.VirtualMachine, dv *cdi.DataVolume) error {
+	refs := append(slices.Clone(dv.OwnerReferences), *metav1.NewControllerRef(vm, vmKind))
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": dv.UID},
+		{"op": "test", "path": "/metadata/resourceVersion", "value": dv.ResourceVersion},
+		{"op": "add", "path": "/metadata/ownerReferences", "value": refs},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.opts.DataVolumes.Resource().Namespace(dv.Namespace).Patch(ctx, dv.Name, types.JSONPatchType, patch,
+		metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("adopting DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
+	}
+	klog.InfoS("Adopted orphan DataVolume", "vm", klog.KObj(vm), "dataVolume", dv.Name)
+	return nil
+}
+
+// cdiState is CDI's installation as the controller acts on it: without a
+// Watcher, never installed.
+func (c *Controller) cdiState() (installed, ready bool) {
+	if c.opts.DataVolumes == nil {
+		return false, true
+	}
+	return c.opts.DataVolumes.State()
+}
+
+// dataVolumeEvent queues the VM controlling a DataVolume.
+func (c *Controller) dataVolumeEvent(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	if ref := ownerOf(u.GetOwnerReferences()); ref != nil && ref.Kind == vmKind.Kind && ref.APIVersion == v1.APIVersion {
+		c.queue.Add(u.GetNamespace() + "/" + ref.Name)
+		return
+	}
+	// An orphan may be a template's: queue the VMs naming it.
+	vms, err := c.vmLister.VirtualMachines(u.GetNamespace()).List(labelsEverything)
+	if err != nil {
+		return
+	}
+	for _, vm := range vms {
+		if slices.ContainsFunc(vm.Spec.DataVolumeTemplates, func(t v1.DataVolumeTemplateSpec) bool { return t.Name == u.GetName() }) {
+			c.enqueue(vm)
+		}
+	}
+}
+
+var labelsEverything = labels.Everything()
+
+// cdiRetry: a re-check while CDI's installation is not known yet.
+const cdiRetry = time.Second
+
+// enqueueWithTemplates queues every VM with dataVolumeTemplates (CDI came
+// or went).
+func (c *Controller) enqueueWithTemplates() {
+	vms, err := c.vmLister.List(labelsEverything)
+	if err != nil {
+		return
+	}
+	for _, vm := range vms {
+		if len(vm.Spec.DataVolumeTemplates) > 0 {
+			c.enqueue(vm)
+		}
+	}
+}
