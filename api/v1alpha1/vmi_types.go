@@ -399,6 +399,11 @@ type Disk struct {
 	// CDRom attaches the volume as a CD-ROM.
 	// +optional
 	CDRom *CDRomTarget `json:"cdrom,omitempty"`
+	// LUN passes a SCSI device (a block-mode PersistentVolumeClaim whose
+	// device speaks SCSI) through to the guest: QEMU's scsi-block on the
+	// virtio-scsi controller.
+	// +optional
+	LUN *LunTarget `json:"lun,omitempty"`
 	// BootOrder is the boot priority (1 first); disks without it are not
 	// bootable unless no device has one.
 	// +optional
@@ -431,7 +436,6 @@ type Disk struct {
 	// +optional
 	Shareable *bool `json:"shareable,omitempty"`
 
-	LUN         *Unsupported       `json:"lun,omitempty"`
 	Tag         *UnsupportedScalar `json:"tag,omitempty"`
 	BlockSize   *Unsupported       `json:"blockSize,omitempty"`
 	ErrorPolicy *UnsupportedScalar `json:"errorPolicy,omitempty"`
@@ -477,6 +481,22 @@ type DiskTarget struct {
 	ReadOnly bool `json:"readonly,omitempty"`
 
 	PCIAddress *UnsupportedScalar `json:"pciAddress,omitempty"`
+}
+
+// LunTarget passes a SCSI device through to the guest.
+type LunTarget struct {
+	// Bus is scsi, the default and the only bus that passes SCSI
+	// commands through (KubeVirt's virtio and sata are refused).
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly makes the device read-only to the guest.
+	// +optional
+	ReadOnly bool `json:"readonly,omitempty"`
+	// Reservation (SCSI persistent reservations through QEMU's
+	// pr-manager-helper) is refused: it needs a privileged helper on the
+	// node.
+	// +optional
+	Reservation bool `json:"reservation,omitempty"`
 }
 
 // CDRomTarget attaches a volume as a CD-ROM.

@@ -236,8 +236,11 @@ func validateDiskTuning(disk *v1.Disk, p *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	if dd := disk.DedicatedIOThread; dd != nil && *dd && !v1.DiskHasIOThread(disk) {
 		what := "a CD-ROM"
-		if disk.Disk != nil {
+		switch {
+		case disk.Disk != nil:
 			what = fmt.Sprintf("a disk on bus %s", disk.Disk.Bus)
+		case disk.LUN != nil:
+			what = "a lun"
 		}
 		allErrs = append(allErrs, field.Invalid(p.Child("dedicatedIOThread"), true,
 			fmt.Sprintf("iothreads are only for virtio disks, not %s", what)))
@@ -385,6 +388,38 @@ func validateDiskTarget(disk *v1.Disk, machine string, p *field.Path) field.Erro
 	}
 	if cd := disk.CDRom; cd != nil {
 		busOK(p.Child("cdrom", "bus"), cd.Bus, true)
+	}
+	if disk.LUN != nil {
+		allErrs = append(allErrs, validateLUN(disk, p)...)
+	}
+	return allErrs
+}
+
+// validateLUN checks a lun: scsi only (the one bus on which QEMU passes
+// SCSI commands through: scsi-block), no persistent reservations (QEMU's
+// pr-manager-helper is a privileged daemon on the node) and no serial
+// (scsi-block has none: the guest sees the device's own). The volume must
+// be a claim (validateQEMUDevices), a block-mode one whose device speaks
+// SCSI (the launcher's probe).
+func validateLUN(disk *v1.Disk, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	lp := p.Child("lun")
+	switch bus := disk.LUN.Bus; bus {
+	case v1.DiskBusSCSI:
+	case v1.DiskBusVirtio, v1.DiskBusSATA:
+		allErrs = append(allErrs, field.Invalid(lp.Child("bus"), bus,
+			"a lun passes SCSI commands through only on bus scsi (QEMU's scsi-block): SATA has no passthrough, "+
+				"and QEMU's virtio-blk has it only as a legacy (virtio 0.9) device"))
+	default:
+		allErrs = append(allErrs, field.NotSupported(lp.Child("bus"), bus, []string{string(v1.DiskBusSCSI)}))
+	}
+	if disk.LUN.Reservation {
+		allErrs = append(allErrs, field.Invalid(lp.Child("reservation"), true,
+			"persistent reservations need QEMU's pr-manager-helper, a privileged daemon on the node, which kemu does not run"))
+	}
+	if disk.Serial != "" {
+		allErrs = append(allErrs, field.Invalid(p.Child("serial"), disk.Serial,
+			"a lun has no serial of its own: the guest sees the SCSI device's (QEMU's scsi-block has no serial)"))
 	}
 	return allErrs
 }
@@ -787,6 +822,13 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 			bus, bp = disk.Disk.Bus, p.Child("disk", "bus")
 		case disk.CDRom != nil:
 			bus, bp = disk.CDRom.Bus, p.Child("cdrom", "bus")
+		case disk.LUN != nil:
+			bus, bp = disk.LUN.Bus, p.Child("lun", "bus")
+			if v := vols[disk.Name]; v != nil && v.PersistentVolumeClaim == nil {
+				allErrs = append(allErrs, field.Invalid(p.Child("lun"), disk.Name, fmt.Sprintf(
+					"a lun passes a SCSI device through: its volume must be a block-mode persistentVolumeClaim, not %s",
+					strings.Join(volumeSources(v), ", "))))
+			}
 		}
 		switch bus {
 		case v1.DiskBusVirtio:
@@ -794,10 +836,10 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 		case v1.DiskBusSCSI:
 			if scsi++; scsi > MaxSCSIDisks {
 				allErrs = append(allErrs, field.Invalid(bp, bus, fmt.Sprintf(
-					"SCSI disk or CD-ROM number %d: a virtio-scsi controller has %d LUNs", scsi, MaxSCSIDisks)))
+					"SCSI disk, lun or CD-ROM number %d: a virtio-scsi controller has %d LUNs", scsi, MaxSCSIDisks)))
 			}
 		}
-		if bus != v1.DiskBusSATA || !q35 {
+		if bus != v1.DiskBusSATA || !q35 || disk.LUN != nil {
 			continue // no SATA, or no AHCI controller (reported by validateDiskTarget)
 		}
 		sata++

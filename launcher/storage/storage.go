@@ -34,6 +34,9 @@
 //     volumeLabel or "cfgdata" (sysprep: "unattendCD", and it must hold
 //     autounattend.xml or unattend.xml); read-only; the content is the
 //     source's when the VM started (KubeVirt's rule).
+//   - a lun disk's volume must be a block-mode claim whose device speaks
+//     SCSI (SG_GET_VERSION_NUM: ProbeSCSI), else Prepare fails naming
+//     spec.domain.devices.disks[i].lun.
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
 //
@@ -247,6 +250,9 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 		}
 		vol.Name = v.Name
 		pr.p.Volumes[v.Name] = vol
+	}
+	if err := pr.luns(); err != nil {
+		return nil, err
 	}
 	if err := pr.kernelBoot(ctx); err != nil {
 		return nil, err
