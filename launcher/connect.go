@@ -49,6 +49,7 @@ func (l *Launcher) connect(ctx context.Context) error {
 	}
 	go l.followEvents()
 	go l.supervise()
+	go l.refreshDownwardMetrics()
 	return nil
 }
 

@@ -623,10 +623,20 @@ type Volume struct {
 	// +optional
 	Sysprep *SysprepSource `json:"sysprep,omitempty"`
 
-	DataVolume      *Unsupported `json:"dataVolume,omitempty"`
-	DownwardMetrics *Unsupported `json:"downwardMetrics,omitempty"`
-	MemoryDump      *Unsupported `json:"memoryDump,omitempty"`
+	// DownwardMetrics is a read-only disk in vhostmd's format holding the
+	// node's and this VM's metrics (KubeVirt's list), refreshed by the
+	// launcher every 5 seconds; the guest reads it with vm-dump-metrics.
+	// Its disk must be a virtio disk.
+	// +optional
+	DownwardMetrics *DownwardMetricsVolumeSource `json:"downwardMetrics,omitempty"`
+
+	DataVolume *Unsupported `json:"dataVolume,omitempty"`
+	MemoryDump *Unsupported `json:"memoryDump,omitempty"`
 }
+
+// DownwardMetricsVolumeSource is the downward metrics disk; it has no
+// settings.
+type DownwardMetricsVolumeSource struct{}
 
 // ConfigMapVolumeSource names a ConfigMap of the VMI's namespace.
 type ConfigMapVolumeSource struct {

@@ -442,7 +442,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		switch {
 		case len(sources) == 0:
 			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
-				"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI or sysprep"))
+				"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI, sysprep or downwardMetrics"))
 		case len(sources) > 1:
 			allErrs = append(allErrs, field.Invalid(p, strings.Join(sources, ", "), "a volume has exactly one source"))
 		}
@@ -555,14 +555,14 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.DownwardAPI != nil, "downwardAPI")
 	add(v.Sysprep != nil, "sysprep")
 	add(v.Ephemeral != nil, "ephemeral")
+	add(v.DownwardMetrics != nil, "downwardMetrics")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {
 		set  bool
 		name string
 	}{
-		{v.DataVolume != nil, "dataVolume"},
-		{v.DownwardMetrics != nil, "downwardMetrics"}, {v.MemoryDump != nil, "memoryDump"},
+		{v.DataVolume != nil, "dataVolume"}, {v.MemoryDump != nil, "memoryDump"},
 	} {
 		add(u.set, u.name)
 	}
@@ -815,6 +815,17 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 		}
 		stems[stem] = disk.Name
 
+		if v := vols[disk.Name]; v != nil && v.DownwardMetrics != nil {
+			// KubeVirt's rule: the vhostmd disk is a virtio disk.
+			switch {
+			case disk.Disk == nil:
+				allErrs = append(allErrs, field.Required(p.Child("disk"),
+					"a downwardMetrics volume is attached as a disk (virtio), not a cdrom or lun"))
+			case disk.Disk.Bus != v1.DiskBusVirtio:
+				allErrs = append(allErrs, field.Invalid(p.Child("disk", "bus"), disk.Disk.Bus,
+					"a downwardMetrics volume is attached on bus virtio"))
+			}
+		}
 		var bus v1.DiskBus
 		var bp *field.Path
 		switch {
@@ -911,6 +922,8 @@ func readOnlySource(v *v1.Volume) string {
 		return configVolumeKind(v)
 	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly:
 		return "persistentVolumeClaim.readOnly"
+	case v.DownwardMetrics != nil:
+		return "downwardMetrics"
 	}
 	return ""
 }

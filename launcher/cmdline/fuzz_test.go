@@ -147,6 +147,8 @@ func launcherInput(t *testing.T, vmi *v1.VirtualMachineInstance, mode uint8) Inp
 			if ref := v.CloudInitNoCloud.SecretRef; ref != nil && path.Dir(path.Join(fuzzSecretsDir, ref.Name)) != fuzzSecretsDir {
 				t.Fatalf("secretRef %q is mounted at %s, outside %s", ref.Name, path.Join(fuzzSecretsDir, ref.Name), fuzzSecretsDir)
 			}
+		case v.DownwardMetrics != nil:
+			in.Drives[v.Name] = Drive{Path: path.Join(fuzzRuntimeDir, "vhostmd0"), Format: FormatRaw, ReadOnly: true}
 		case v.PersistentVolumeClaim != nil && luns[v.Name]:
 			// launcher/storage refuses a lun on anything but a block
 			// device answering SG_IO, before Build.
