@@ -50,6 +50,7 @@ func (l *Launcher) connect(ctx context.Context) error {
 	go l.followEvents()
 	go l.supervise()
 	go l.refreshDownwardMetrics()
+	go l.serveDownwardMetrics()
 	return nil
 }
 

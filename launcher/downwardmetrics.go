@@ -2,7 +2,9 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -50,21 +52,9 @@ func (l *Launcher) refreshDownwardMetrics() {
 		return
 	}
 	defer f.Close()
-	host := downwardmetrics.Host{NodeName: l.cfg.NodeName}
-	if host.NodeName == "" {
-		host.NodeName, _ = os.Hostname()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := l.untilExit()
 	defer cancel()
-	go func() {
-		<-l.exited
-		cancel()
-	}()
-	qctx, qcancel := context.WithTimeout(ctx, downwardMetricsTimeout)
-	if v, err := l.mon.QueryVersion(qctx); err == nil {
-		host.QEMUVersion = v.String()
-	}
-	qcancel()
+	host := l.downwardHost(ctx)
 	t := time.NewTicker(DownwardMetricsPeriod)
 	defer t.Stop()
 	failing := false
@@ -85,19 +75,75 @@ func (l *Launcher) refreshDownwardMetrics() {
 	}
 }
 
-// writeDownwardMetrics collects one set of figures and writes them. A
-// host figure that cannot be read is left out and reported; the rest is
-// written anyway.
-func (l *Launcher) writeDownwardMetrics(ctx context.Context, f *os.File, host downwardmetrics.Host) error {
+// untilExit is a context cancelled when QEMU exits.
+func (l *Launcher) untilExit() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-l.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// downwardHost is the host side: the node's name (the machine's host
+// name standalone) and QEMU's version.
+func (l *Launcher) downwardHost(ctx context.Context) downwardmetrics.Host {
+	host := downwardmetrics.Host{NodeName: l.cfg.NodeName}
+	if host.NodeName == "" {
+		host.NodeName, _ = os.Hostname()
+	}
+	ctx, cancel := context.WithTimeout(ctx, downwardMetricsTimeout)
+	defer cancel()
+	if v, err := l.mon.QueryVersion(ctx); err == nil {
+		host.QEMUVersion = v.String()
+	}
+	return host
+}
+
+// collectDownwardMetrics is one set of figures. A figure that cannot be
+// read is left out (the VM's: zero) and its error returned beside the
+// rest.
+func (l *Launcher) collectDownwardMetrics(ctx context.Context, host downwardmetrics.Host) (*downwardmetrics.Metrics, error) {
 	vm, vmErr := l.downwardVM(ctx)
 	m, hostErr := host.Collect(vm)
-	if err := downwardmetrics.Write(f, m); err != nil {
-		return err
+	return m, errors.Join(vmErr, hostErr)
+}
+
+// writeDownwardMetrics collects one set of figures and writes them, the
+// partial ones too.
+func (l *Launcher) writeDownwardMetrics(ctx context.Context, f *os.File, host downwardmetrics.Host) error {
+	m, err := l.collectDownwardMetrics(ctx, host)
+	if werr := downwardmetrics.Write(f, m); werr != nil {
+		return werr
 	}
-	if vmErr != nil {
-		return vmErr
+	return err
+}
+
+// serveDownwardMetrics answers the guest's requests on the downward
+// metrics port (devices.downwardMetrics) until QEMU exits: the launcher
+// connects to the port's chardev socket, which QEMU made when it started,
+// and serves one request a second at most (downwardmetrics.Serve).
+func (l *Launcher) serveDownwardMetrics() {
+	if l.vmi.Spec.Domain.Devices.DownwardMetrics == nil {
+		return
 	}
-	return hostErr
+	ctx, cancel := l.untilExit()
+	defer cancel()
+	d := net.Dialer{Timeout: qmpConnectTimeout}
+	conn, err := d.DialContext(ctx, "unix", l.paths.DownwardMetrics)
+	if err != nil {
+		klog.ErrorS(err, "Downward metrics port not served", "vmi", klog.KObj(l.vmi))
+		return
+	}
+	host := l.downwardHost(ctx)
+	report := func() (*downwardmetrics.Metrics, error) { return l.collectDownwardMetrics(ctx, host) }
+	onError := func(err error) { klog.V(2).InfoS("Downward metrics request", "vmi", klog.KObj(l.vmi), "err", err) }
+	if err := downwardmetrics.Serve(ctx, conn, downwardmetrics.RequestInterval, report, onError); err != nil {
+		klog.ErrorS(err, "Downward metrics port", "vmi", klog.KObj(l.vmi))
+	}
 }
 
 // downwardVM is the VM's part: its vCPU threads' CPU time (KubeVirt sums
@@ -156,3 +202,7 @@ func threadCPUTime(pid, tid int) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
+
+// DownwardMetricsSocketName is the downward metrics port's chardev socket
+// in the runtime directory (QEMU's, 107:107, like the guest agent's).
+const DownwardMetricsSocketName = "downwardmetrics.sock"

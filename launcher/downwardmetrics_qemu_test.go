@@ -6,9 +6,11 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/downwardmetrics"
 	"github.com/kemu-dev/kemu/test/testguest"
 )
@@ -41,8 +43,11 @@ func readMetrics(t *testing.T, path string) map[string]string {
 
 // The downwardMetrics volume is a 256 KiB read-only virtio disk in the
 // guest; on the host its metrics (the node's name as HostName, this VM's
-// vCPUs and memory) parse, and they are refreshed while the VM runs.
-func TestDownwardMetricsDisk(t *testing.T) {
+// vCPUs and memory) parse, and they are refreshed while the VM runs. The
+// launcher is connected to the org.github.vhostmd.1 port's chardev (the
+// test guest has no vm-dump-metrics to ask it: the protocol is
+// downwardmetrics.TestServe*'s).
+func TestDownwardMetrics(t *testing.T) {
 	vmi := parseVMI(t, `apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachineInstance
 metadata: {name: dm}
@@ -55,6 +60,7 @@ spec:
         container: {image: "oci:_out/testguest/oci/kernelboot", kernelPath: /boot/vmlinuz, initrdPath: /boot/initrd.img}
     devices:
       autoattachPodInterface: false
+      downwardMetrics: {}
       disks:
       - {name: metrics, serial: metrics}
   volumes:
@@ -68,6 +74,9 @@ spec:
 		t.Errorf("guest disk: %s", blk.Raw)
 	}
 	v.wait(bootTimeout, testguest.IsKind(testguest.KindReady))
+	if got := chardevFilename(t, v, cmdline.ChardevDownwardMetrics); strings.HasPrefix(got, "disconnected:") || got == "" {
+		t.Errorf("downward metrics chardev %q: the launcher is not connected", got)
+	}
 
 	path := v.l.downwardMetricsDisk()
 	first := readMetrics(t, path)
@@ -94,4 +103,23 @@ spec:
 	if cpu, _ := strconv.ParseFloat(second["vm/TotalCPUTime"], 64); cpu <= 0 {
 		t.Errorf("vm TotalCPUTime %q", second["vm/TotalCPUTime"])
 	}
+}
+
+// chardevFilename is QEMU's name for a chardev's connection
+// ("disconnected:..." while no client is connected).
+func chardevFilename(t *testing.T, v *vm, label string) string {
+	t.Helper()
+	var chardevs []struct {
+		Label    string `json:"label"`
+		Filename string `json:"filename"`
+	}
+	if err := v.l.mon.Execute(ctxFor(t, stepTimeout), "query-chardev", nil, &chardevs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chardevs {
+		if c.Label == label {
+			return c.Filename
+		}
+	}
+	return ""
 }

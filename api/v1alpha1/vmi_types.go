@@ -366,6 +366,13 @@ type Devices struct {
 	// +optional
 	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`
 
+	// DownwardMetrics is a virtio-serial port, org.github.vhostmd.1, on
+	// which the guest's vm-dump-metrics asks for the downward metrics
+	// (GET /metrics/XML) and the launcher answers them, at most once a
+	// second.
+	// +optional
+	DownwardMetrics *DownwardMetrics `json:"downwardMetrics,omitempty"`
+
 	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
 	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
 	Watchdog              *Unsupported     `json:"watchdog,omitempty"`
@@ -373,7 +380,6 @@ type Devices struct {
 	AutoattachInputDevice *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
 	AutoattachVSOCK       *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
 	GPUs                  UnsupportedList  `json:"gpus,omitempty"`
-	DownwardMetrics       *Unsupported     `json:"downwardMetrics,omitempty"`
 	Filesystems           UnsupportedList  `json:"filesystems,omitempty"`
 	HostDevices           UnsupportedList  `json:"hostDevices,omitempty"`
 	ClientPassthrough     *Unsupported     `json:"clientPassthrough,omitempty"`
@@ -383,6 +389,10 @@ type Devices struct {
 	Video                 *Unsupported     `json:"video,omitempty"`
 	PanicDevices          UnsupportedList  `json:"panicDevices,omitempty"`
 }
+
+// DownwardMetrics is the downward metrics' virtio-serial port; it has no
+// settings.
+type DownwardMetrics struct{}
 
 // Rng is a virtio random number generator.
 type Rng struct{}

@@ -181,6 +181,10 @@ var cases = []testCase{
 			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
 		}
 	}},
+	{name: "downward-metrics", vmi: "downward-metrics", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["metrics"] = Drive{Path: e.image(t, "vhostmd0", FormatRaw, 256<<10), Format: FormatRaw, ReadOnly: true, DirectIO: true}
+		in.Paths.DownwardMetrics = e.socket(t, "downwardmetrics.sock")
+	}},
 	// Golden only: scsi-block needs a device answering SG_IO, and this
 	// machine has none (docs/launcher.md#luns).
 	{name: "lun", vmi: "lun", noQEMU: true, setup: func(t testing.TB, e env, in *Input) {

@@ -131,6 +131,9 @@ func launcherInput(t *testing.T, vmi *v1.VirtualMachineInstance, mode uint8) Inp
 	t.Helper()
 	e := newGoldenEnv()
 	in := Input{VMI: vmi, Facts: e.facts(AccelTCG), Paths: e.paths(), Drives: map[string]Drive{}, Incoming: mode&modeIncoming != 0}
+	if vmi.Spec.Domain.Devices.DownwardMetrics != nil {
+		in.Paths.DownwardMetrics = path.Join(fuzzRuntimeDir, "downwardmetrics.sock")
+	}
 	luns := map[string]bool{}
 	for _, d := range vmi.Spec.Domain.Devices.Disks {
 		luns[d.Name] = luns[d.Name] || d.LUN != nil
