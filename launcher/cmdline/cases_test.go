@@ -188,9 +188,9 @@ var cases = []testCase{
 	// Golden only: scsi-block needs a device answering SG_IO, and this
 	// machine has none (docs/launcher.md#luns).
 	{name: "lun", vmi: "lun", noQEMU: true, setup: func(t testing.TB, e env, in *Input) {
-		in.Drives["san"] = Drive{Path: "/var/run/kemu/pvc/san", Format: FormatRaw, Block: true, DirectIO: true}
+		in.Drives["san"] = Drive{Path: "/var/run/kemu/pvcs/san", Format: FormatRaw, Block: true, DirectIO: true}
 		in.Drives["data"] = Drive{Path: e.image(t, "data", FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
-		in.Drives["san-ro"] = Drive{Path: "/var/run/kemu/pvc/san-ro", Format: FormatRaw, Block: true, DirectIO: true}
+		in.Drives["san-ro"] = Drive{Path: "/var/run/kemu/pvcs/san-ro", Format: FormatRaw, Block: true, DirectIO: true}
 	}},
 	{name: "escaping", vmi: "escaping", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		name := in.VMI.Spec.Domain.Devices.Disks[0].Name
