@@ -104,3 +104,20 @@ func TestLUNDefaultsToSCSI(t *testing.T) {
 		t.Errorf("lun bus virtio defaulted to %q", got)
 	}
 }
+
+// TestValidateLUNClaims: a lun's claim must be a block volume; a disk on
+// a file-system claim is not concerned.
+func TestValidateLUNClaims(t *testing.T) {
+	vmi := baseVMI()
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks,
+		v1.Disk{Name: "blk", LUN: &v1.LunTarget{}}, v1.Disk{Name: "fs", LUN: &v1.LunTarget{}}, v1.Disk{Name: "data"})
+	for _, n := range []string{"blk", "fs", "data"} {
+		vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: n,
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: n + "-claim"}})
+	}
+	errs := ValidateLUNClaims(&vmi.Spec, map[string]bool{"blk-claim": true, "fs-claim": false, "data-claim": false})
+	if got := errorKeys(errs); !slices.Equal(got, []string{"Invalid value spec.domain.devices.disks[2].lun"}) ||
+		!strings.Contains(errs[0].Error(), `"fs-claim" has volumeMode Filesystem`) {
+		t.Errorf("errors %v", errs)
+	}
+}

@@ -424,6 +424,30 @@ func validateLUN(disk *v1.Disk, p *field.Path) field.ErrorList {
 	return allErrs
 }
 
+// ValidateLUNClaims refuses a lun whose claim is not a block volume
+// (block: a claim's name to whether its volumeMode is Block, as the
+// controller reads the PersistentVolumeClaims): scsi-block passes a
+// device through, and a file-system claim holds a disk image. Claims
+// missing from block count as file systems.
+func ValidateLUNClaims(spec *v1.VirtualMachineInstanceSpec, block map[string]bool) field.ErrorList {
+	var allErrs field.ErrorList
+	claims := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	for i, d := range spec.Domain.Devices.Disks {
+		claim, ok := claims[d.Name]
+		if d.LUN == nil || !ok || block[claim] {
+			continue
+		}
+		allErrs = append(allErrs, field.Invalid(field.NewPath("spec", "domain", "devices", "disks").Index(i).Child("lun"), claim,
+			fmt.Sprintf("PersistentVolumeClaim %q has volumeMode Filesystem: a lun passes a SCSI device through and needs volumeMode Block", claim)))
+	}
+	return allErrs
+}
+
 func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	vols := fldPath.Child("volumes")
