@@ -49,6 +49,8 @@ func (l *Launcher) connect(ctx context.Context) error {
 	}
 	go l.followEvents()
 	go l.supervise()
+	go l.refreshDownwardMetrics()
+	go l.serveDownwardMetrics()
 	return nil
 }
 

@@ -89,6 +89,9 @@ type Config struct {
 	// hands QEMU the tap fds; NICs must then be empty. Everything it made is
 	// removed when the VM ends.
 	PodNetwork *netsetup.Options
+	// NodeName is the downward metrics' HostName (the Kubernetes node's
+	// name); "": this machine's host name (kemuctl run).
+	NodeName string
 	// NoDeviceCgroup runs QEMU without its cgroup v2 device allowlist. Only
 	// for hosts without cgroup2 (or without the rights to use it); by
 	// default a missing cgroup2 hierarchy is an error.

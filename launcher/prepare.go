@@ -46,6 +46,9 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 		GuestAgent: filepath.Join(l.cfg.Dir, "qga.sock"),
 		VNC:        filepath.Join(l.cfg.Dir, VNCSocketName),
 	}
+	if l.vmi.Spec.Domain.Devices.DownwardMetrics != nil {
+		l.paths.DownwardMetrics = filepath.Join(l.cfg.Dir, DownwardMetricsSocketName)
+	}
 	facts := cmdline.Facts{Binary: l.cfg.QEMU, Accel: l.accel, OVMF: cmdline.FindOVMF()}
 	// The binary says which machine types it has: QEMU versions differ.
 	// Not asked (a QEMU start, 14 ms) for q35 or pc, which every QEMU has.

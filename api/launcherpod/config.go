@@ -24,6 +24,7 @@ const (
 	FlagGracePeriod      = "grace-period"
 	FlagVMIUID           = "vmi-uid"
 	FlagAllowRawQMP      = "allow-raw-qmp"
+	FlagNodeName         = "node-name"
 )
 
 // Config is kemu-launcher's configuration as a launcher Pod gives it: the
@@ -59,7 +60,14 @@ type Config struct {
 	// AllowRawQMP lets the Qmp RPC pass any QMP command and keeps QEMU's
 	// second QMP socket: debugging only, the controller never sets it.
 	AllowRawQMP bool
+	// NodeName is the Kubernetes node's name, the HostName of the
+	// downward metrics; the launcher Pod passes $(NodeNameEnv), its
+	// spec.nodeName. "": the machine's host name (standalone).
+	NodeName string
 }
+
+// NodeNameEnv is the compute container's variable holding spec.nodeName.
+const NodeNameEnv = "KEMU_NODE_NAME"
 
 // Defaults is what kemu-launcher assumes for flags it is not given.
 func Defaults() Config {
@@ -82,6 +90,7 @@ func (c Config) Args() []string {
 		flagArg(FlagGracePeriod, c.GracePeriod.String()),
 		flagArg(FlagVMIUID, string(c.VMIUID)),
 		flagArg(FlagAllowRawQMP, strconv.FormatBool(c.AllowRawQMP)),
+		flagArg(FlagNodeName, c.NodeName),
 	}
 }
 
@@ -103,5 +112,6 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GracePeriod, FlagGracePeriod, c.GracePeriod, "graceful shutdown period (0: the VMI's terminationGracePeriodSeconds)")
 	fs.Func(FlagVMIUID, "the UID of the VMI this launcher runs (set by the launcher Pod): Info reports it to the node agent and Sync refuses any other VMI; empty: any",
 		func(s string) error { c.VMIUID = types.UID(s); return nil })
+	fs.StringVar(&c.NodeName, FlagNodeName, c.NodeName, "the Kubernetes node's name, reported to the guest as the downward metrics' HostName; empty: this machine's host name")
 	fs.BoolVar(&c.AllowRawQMP, FlagAllowRawQMP, c.AllowRawQMP, "debugging only: let the Qmp RPC pass any QMP command (default: read-only query commands) and keep QEMU's second QMP socket")
 }

@@ -139,7 +139,10 @@ func setDomainDefaults(d *DomainSpec, namespace, name string) {
 }
 
 // setVolumeDefaults gives every volume without a disk a virtio disk and every
-// disk without a target a virtio disk target, as KubeVirt does.
+// disk without a target a virtio disk target, as KubeVirt does. A lun
+// without a bus gets scsi: KubeVirt gives it its disks' default bus, but
+// only scsi passes SCSI commands through (libvirt refuses device='lun' on
+// sata, and QEMU's virtio-blk does so only as a legacy device).
 func setVolumeDefaults(spec *VirtualMachineInstanceSpec) {
 	AddVolumeDisks(spec)
 	disks := &spec.Domain.Devices.Disks
@@ -150,6 +153,9 @@ func setVolumeDefaults(spec *VirtualMachineInstanceSpec) {
 		}
 		if d.Disk != nil && d.Disk.Bus == "" {
 			d.Disk.Bus = DiskBusVirtio
+		}
+		if d.LUN != nil && d.LUN.Bus == "" {
+			d.LUN.Bus = DiskBusSCSI
 		}
 		if d.CDRom != nil {
 			if d.CDRom.Bus == "" {

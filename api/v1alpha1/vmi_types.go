@@ -366,6 +366,13 @@ type Devices struct {
 	// +optional
 	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`
 
+	// DownwardMetrics is a virtio-serial port, org.github.vhostmd.1, on
+	// which the guest's vm-dump-metrics asks for the downward metrics
+	// (GET /metrics/XML) and the launcher answers them, at most once a
+	// second.
+	// +optional
+	DownwardMetrics *DownwardMetrics `json:"downwardMetrics,omitempty"`
+
 	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
 	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
 	Watchdog              *Unsupported     `json:"watchdog,omitempty"`
@@ -373,7 +380,6 @@ type Devices struct {
 	AutoattachInputDevice *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
 	AutoattachVSOCK       *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
 	GPUs                  UnsupportedList  `json:"gpus,omitempty"`
-	DownwardMetrics       *Unsupported     `json:"downwardMetrics,omitempty"`
 	Filesystems           UnsupportedList  `json:"filesystems,omitempty"`
 	HostDevices           UnsupportedList  `json:"hostDevices,omitempty"`
 	ClientPassthrough     *Unsupported     `json:"clientPassthrough,omitempty"`
@@ -383,6 +389,10 @@ type Devices struct {
 	Video                 *Unsupported     `json:"video,omitempty"`
 	PanicDevices          UnsupportedList  `json:"panicDevices,omitempty"`
 }
+
+// DownwardMetrics is the downward metrics' virtio-serial port; it has no
+// settings.
+type DownwardMetrics struct{}
 
 // Rng is a virtio random number generator.
 type Rng struct{}
@@ -399,6 +409,11 @@ type Disk struct {
 	// CDRom attaches the volume as a CD-ROM.
 	// +optional
 	CDRom *CDRomTarget `json:"cdrom,omitempty"`
+	// LUN passes a SCSI device (a block-mode PersistentVolumeClaim whose
+	// device speaks SCSI) through to the guest: QEMU's scsi-block on the
+	// virtio-scsi controller.
+	// +optional
+	LUN *LunTarget `json:"lun,omitempty"`
 	// BootOrder is the boot priority (1 first); disks without it are not
 	// bootable unless no device has one.
 	// +optional
@@ -431,7 +446,6 @@ type Disk struct {
 	// +optional
 	Shareable *bool `json:"shareable,omitempty"`
 
-	LUN         *Unsupported       `json:"lun,omitempty"`
 	Tag         *UnsupportedScalar `json:"tag,omitempty"`
 	BlockSize   *Unsupported       `json:"blockSize,omitempty"`
 	ErrorPolicy *UnsupportedScalar `json:"errorPolicy,omitempty"`
@@ -477,6 +491,22 @@ type DiskTarget struct {
 	ReadOnly bool `json:"readonly,omitempty"`
 
 	PCIAddress *UnsupportedScalar `json:"pciAddress,omitempty"`
+}
+
+// LunTarget passes a SCSI device through to the guest.
+type LunTarget struct {
+	// Bus is scsi, the default and the only bus that passes SCSI
+	// commands through (KubeVirt's virtio and sata are refused).
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly makes the device read-only to the guest.
+	// +optional
+	ReadOnly bool `json:"readonly,omitempty"`
+	// Reservation (SCSI persistent reservations through QEMU's
+	// pr-manager-helper) is refused: it needs a privileged helper on the
+	// node.
+	// +optional
+	Reservation bool `json:"reservation,omitempty"`
 }
 
 // CDRomTarget attaches a volume as a CD-ROM.
@@ -610,9 +640,19 @@ type Volume struct {
 	// +optional
 	DataVolume *DataVolumeSource `json:"dataVolume,omitempty"`
 
-	DownwardMetrics *Unsupported `json:"downwardMetrics,omitempty"`
-	MemoryDump      *Unsupported `json:"memoryDump,omitempty"`
+	// DownwardMetrics is a read-only disk in vhostmd's format holding the
+	// node's and this VM's metrics (KubeVirt's list), refreshed by the
+	// launcher every 5 seconds; the guest reads it with vm-dump-metrics.
+	// Its disk must be a virtio disk.
+	// +optional
+	DownwardMetrics *DownwardMetricsVolumeSource `json:"downwardMetrics,omitempty"`
+
+	MemoryDump *Unsupported `json:"memoryDump,omitempty"`
 }
+
+// DownwardMetricsVolumeSource is the downward metrics disk; it has no
+// settings.
+type DownwardMetricsVolumeSource struct{}
 
 // ConfigMapVolumeSource names a ConfigMap of the VMI's namespace.
 type ConfigMapVolumeSource struct {

@@ -237,8 +237,11 @@ func validateDiskTuning(disk *v1.Disk, p *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	if dd := disk.DedicatedIOThread; dd != nil && *dd && !v1.DiskHasIOThread(disk) {
 		what := "a CD-ROM"
-		if disk.Disk != nil {
+		switch {
+		case disk.Disk != nil:
 			what = fmt.Sprintf("a disk on bus %s", disk.Disk.Bus)
+		case disk.LUN != nil:
+			what = "a lun"
 		}
 		allErrs = append(allErrs, field.Invalid(p.Child("dedicatedIOThread"), true,
 			fmt.Sprintf("iothreads are only for virtio disks, not %s", what)))
@@ -387,6 +390,62 @@ func validateDiskTarget(disk *v1.Disk, machine string, p *field.Path) field.Erro
 	if cd := disk.CDRom; cd != nil {
 		busOK(p.Child("cdrom", "bus"), cd.Bus, true)
 	}
+	if disk.LUN != nil {
+		allErrs = append(allErrs, validateLUN(disk, p)...)
+	}
+	return allErrs
+}
+
+// validateLUN checks a lun: scsi only (the one bus on which QEMU passes
+// SCSI commands through: scsi-block), no persistent reservations (QEMU's
+// pr-manager-helper is a privileged daemon on the node) and no serial
+// (scsi-block has none: the guest sees the device's own). The volume must
+// be a claim (validateQEMUDevices), a block-mode one whose device speaks
+// SCSI (the launcher's probe).
+func validateLUN(disk *v1.Disk, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	lp := p.Child("lun")
+	switch bus := disk.LUN.Bus; bus {
+	case v1.DiskBusSCSI:
+	case v1.DiskBusVirtio, v1.DiskBusSATA:
+		allErrs = append(allErrs, field.Invalid(lp.Child("bus"), bus,
+			"a lun passes SCSI commands through only on bus scsi (QEMU's scsi-block): SATA has no passthrough, "+
+				"and QEMU's virtio-blk has it only as a legacy (virtio 0.9) device"))
+	default:
+		allErrs = append(allErrs, field.NotSupported(lp.Child("bus"), bus, []string{string(v1.DiskBusSCSI)}))
+	}
+	if disk.LUN.Reservation {
+		allErrs = append(allErrs, field.Invalid(lp.Child("reservation"), true,
+			"persistent reservations need QEMU's pr-manager-helper, a privileged daemon on the node, which kemu does not run"))
+	}
+	if disk.Serial != "" {
+		allErrs = append(allErrs, field.Invalid(p.Child("serial"), disk.Serial,
+			"a lun has no serial of its own: the guest sees the SCSI device's (QEMU's scsi-block has no serial)"))
+	}
+	return allErrs
+}
+
+// ValidateLUNClaims refuses a lun whose claim is not a block volume
+// (block: a claim's name to whether its volumeMode is Block, as the
+// controller reads the PersistentVolumeClaims): scsi-block passes a
+// device through, and a file-system claim holds a disk image. Claims
+// missing from block count as file systems.
+func ValidateLUNClaims(spec *v1.VirtualMachineInstanceSpec, block map[string]bool) field.ErrorList {
+	var allErrs field.ErrorList
+	claims := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	for i, d := range spec.Domain.Devices.Disks {
+		claim, ok := claims[d.Name]
+		if d.LUN == nil || !ok || block[claim] {
+			continue
+		}
+		allErrs = append(allErrs, field.Invalid(field.NewPath("spec", "domain", "devices", "disks").Index(i).Child("lun"), claim,
+			fmt.Sprintf("PersistentVolumeClaim %q has volumeMode Filesystem: a lun passes a SCSI device through and needs volumeMode Block", claim)))
+	}
 	return allErrs
 }
 
@@ -408,7 +467,7 @@ func validateVolumes(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) f
 		switch {
 		case len(sources) == 0:
 			allErrs = append(allErrs, field.Required(p, "a volume needs one source: containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
-				"emptyDisk, hostDisk, persistentVolumeClaim, dataVolume, ephemeral, configMap, secret, serviceAccount, downwardAPI or sysprep"))
+				"emptyDisk, hostDisk, persistentVolumeClaim, dataVolume, ephemeral, configMap, secret, serviceAccount, downwardAPI, sysprep or downwardMetrics"))
 		case len(sources) > 1:
 			allErrs = append(allErrs, field.Invalid(p, strings.Join(sources, ", "), "a volume has exactly one source"))
 		}
@@ -525,13 +584,14 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.Sysprep != nil, "sysprep")
 	add(v.Ephemeral != nil, "ephemeral")
 	add(v.DataVolume != nil, "dataVolume")
+	add(v.DownwardMetrics != nil, "downwardMetrics")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {
 		set  bool
 		name string
 	}{
-		{v.DownwardMetrics != nil, "downwardMetrics"}, {v.MemoryDump != nil, "memoryDump"},
+		{v.MemoryDump != nil, "memoryDump"},
 	} {
 		add(u.set, u.name)
 	}
@@ -784,6 +844,17 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 		}
 		stems[stem] = disk.Name
 
+		if v := vols[disk.Name]; v != nil && v.DownwardMetrics != nil {
+			// KubeVirt's rule: the vhostmd disk is a virtio disk.
+			switch {
+			case disk.Disk == nil:
+				allErrs = append(allErrs, field.Required(p.Child("disk"),
+					"a downwardMetrics volume is attached as a disk (virtio), not a cdrom or lun"))
+			case disk.Disk.Bus != v1.DiskBusVirtio:
+				allErrs = append(allErrs, field.Invalid(p.Child("disk", "bus"), disk.Disk.Bus,
+					"a downwardMetrics volume is attached on bus virtio"))
+			}
+		}
 		var bus v1.DiskBus
 		var bp *field.Path
 		switch {
@@ -791,6 +862,13 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 			bus, bp = disk.Disk.Bus, p.Child("disk", "bus")
 		case disk.CDRom != nil:
 			bus, bp = disk.CDRom.Bus, p.Child("cdrom", "bus")
+		case disk.LUN != nil:
+			bus, bp = disk.LUN.Bus, p.Child("lun", "bus")
+			if v := vols[disk.Name]; v != nil && v.PersistentVolumeClaim == nil {
+				allErrs = append(allErrs, field.Invalid(p.Child("lun"), disk.Name, fmt.Sprintf(
+					"a lun passes a SCSI device through: its volume must be a block-mode persistentVolumeClaim, not %s",
+					strings.Join(volumeSources(v), ", "))))
+			}
 		}
 		switch bus {
 		case v1.DiskBusVirtio:
@@ -798,10 +876,10 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 		case v1.DiskBusSCSI:
 			if scsi++; scsi > MaxSCSIDisks {
 				allErrs = append(allErrs, field.Invalid(bp, bus, fmt.Sprintf(
-					"SCSI disk or CD-ROM number %d: a virtio-scsi controller has %d LUNs", scsi, MaxSCSIDisks)))
+					"SCSI disk, lun or CD-ROM number %d: a virtio-scsi controller has %d LUNs", scsi, MaxSCSIDisks)))
 			}
 		}
-		if bus != v1.DiskBusSATA || !q35 {
+		if bus != v1.DiskBusSATA || !q35 || disk.LUN != nil {
 			continue // no SATA, or no AHCI controller (reported by validateDiskTarget)
 		}
 		sata++
@@ -873,6 +951,8 @@ func readOnlySource(v *v1.Volume) string {
 		return configVolumeKind(v)
 	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly:
 		return "persistentVolumeClaim.readOnly"
+	case v.DownwardMetrics != nil:
+		return "downwardMetrics"
 	}
 	return ""
 }

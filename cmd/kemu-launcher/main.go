@@ -121,7 +121,7 @@ func run() int {
 	srv := cmdserver.New(cmdserver.Options{
 		SocketsDir: pc.SocketsDir, GracePeriod: pc.GracePeriod, Version: version, VMIUID: pc.VMIUID,
 		Config: launcher.Config{Dir: pc.RuntimeDir, ImageCache: pc.ImageCache, BaseDir: baseDir, QEMU: qemu,
-			Accel: pc.Accel, PVCRoot: pc.PVCRoot, SecretsDir: pc.SecretsDir, ConfigDir: pc.ConfigDir, ContainerDiskDir: pc.ContainerDiskDir, KernelBootDir: pc.KernelBootDir, ImagesMounted: pc.ImageVolumes,
+			Accel: pc.Accel, NodeName: pc.NodeName, PVCRoot: pc.PVCRoot, SecretsDir: pc.SecretsDir, ConfigDir: pc.ConfigDir, ContainerDiskDir: pc.ContainerDiskDir, KernelBootDir: pc.KernelBootDir, ImagesMounted: pc.ImageVolumes,
 			NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet},
 		AllowRawQMP: pc.AllowRawQMP,
 	})

@@ -125,9 +125,11 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		ImagePullPolicy: s.opts.LauncherPullPolicy,
 		Command:         []string{"kemu-launcher"},
 		Args:            b.args(grace),
-		Resources:       b.resources(),
-		VolumeMounts:    b.mounts,
-		VolumeDevices:   b.devices,
+		Env: []corev1.EnvVar{{Name: launcherpod.NodeNameEnv,
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}}},
+		Resources:     b.resources(),
+		VolumeMounts:  b.mounts,
+		VolumeDevices: b.devices,
 		SecurityContext: &corev1.SecurityContext{
 			// Exactly what the launcher's setup needs (docs/deploy.md);
 			// once QEMU runs the launcher keeps only KILL and NET_ADMIN
@@ -461,6 +463,9 @@ func (b *builder) args(grace int64) []string {
 		// The launcher reports it to the node agent (Info), which talks to
 		// no launcher of another VMI; the launcher Syncs no other VMI.
 		VMIUID: b.vmi.UID,
+		// The downward metrics' HostName, as KubeVirt: the node's name
+		// (the kubelet expands it from the container's environment).
+		NodeName: "$(" + launcherpod.NodeNameEnv + ")",
 	}
 	return append(c.Args(), b.opts.LauncherArgs...)
 }

@@ -115,7 +115,10 @@ func TestRender(t *testing.T) {
 			wantArgs := []string{"--sockets-dir=/var/run/kemu/sockets", "--runtime-dir=/var/run/kemu/private/vm",
 				"--image-cache=/var/lib/kemu/images", "--pvc-root=/var/run/kemu/pvcs", "--secrets-dir=/var/run/kemu/secrets", "--config-dir=/var/run/kemu/config",
 				"--container-disk-dir=/var/run/kemu/container-disks", "--kernel-boot-dir=/var/run/kemu/kernel-boot", "--image-volumes=false", "--accel=tcg", "--grace-period=30s",
-				"--vmi-uid=uid-1", "--allow-raw-qmp=false"}
+				"--vmi-uid=uid-1", "--allow-raw-qmp=false", "--node-name=$(KEMU_NODE_NAME)"}
+			if len(c.Env) != 1 || c.Env[0].Name != launcherpod.NodeNameEnv || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+				t.Errorf("compute env %+v, want only %s from spec.nodeName", c.Env, launcherpod.NodeNameEnv)
+			}
 			if c.Name != launcherpod.ComputeContainer || c.Image != "kemu.local/launcher:1" || !slices.Equal(c.Command, []string{"kemu-launcher"}) || !slices.Equal(c.Args, wantArgs) {
 				t.Errorf("compute %s %s %v %v", c.Name, c.Image, c.Command, c.Args)
 			}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -126,9 +127,9 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 	errs := validation.ValidateVirtualMachineInstance(defaulted)
 	// Cluster policy: hostDisks only beneath the directories kemu-config allows.
 	errs = append(errs, validation.ValidateHostDisks(defaulted, c.cfg.Template.HostDiskDirs())...)
-	if len(errs) > 0 {
+	invalid := func(errs field.ErrorList) error {
 		msg := errs.ToAggregate().Error()
-		return result{}, c.updateStatus(ctx, vmi, "invalid spec: "+msg, func(vmi *v1.VirtualMachineInstance) {
+		return c.updateStatus(ctx, vmi, "invalid spec: "+msg, func(vmi *v1.VirtualMachineInstance) {
 			if vmi.Status.Phase.IsFinal() {
 				return
 			}
@@ -136,6 +137,9 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 			vmi.Status.Reason = ReasonInvalidSpec
 			setCondition(vmi, condSynchronized(corev1.ConditionFalse, ReasonInvalidSpec, msg))
 		})
+	}
+	if len(errs) > 0 {
+		return result{}, invalid(errs)
 	}
 	if pod != nil {
 		// Created by an earlier run whose status write did not happen.
@@ -160,6 +164,10 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 			return result{}, err
 		}
 		in.PVCBlock[claim] = pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock
+	}
+	// A claim's volume mode is known only here (and it cannot change).
+	if errs := validation.ValidateLUNClaims(&defaulted.Spec, in.PVCBlock); len(errs) > 0 {
+		return result{}, invalid(errs)
 	}
 	dvReady := func(vmi *v1.VirtualMachineInstance) {
 		if r.dataVolumes {

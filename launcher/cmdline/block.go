@@ -201,6 +201,34 @@ func (s SCSIDisk) Args() ([]string, error) {
 	return o.arg("-device")
 }
 
+// SCSIBlock is a scsi-block device: the host's SCSI device (a block
+// device answering SG_IO) passed through to the guest at channel 0,
+// target 0, LUN LUN of a virtio-scsi bus. QEMU sends the guest's SCSI
+// commands to the device with SG_IO; the device gives its own serial,
+// vendor and write cache (scsi-block has no serial or write-cache
+// property).
+type SCSIBlock struct {
+	ID, Drive string
+	Bus       string // e.g. scsi0.0
+	LUN       int
+	BootIndex int  // 0 = none
+	ShareRW   bool // share-rw=on (shareable)
+}
+
+// Args implements Device.
+func (s SCSIBlock) Args() ([]string, error) {
+	if s.LUN < 0 || s.LUN >= validation.MaxSCSIDisks {
+		return nil, fmt.Errorf("-device scsi-block: LUN %d out of range 0-%d", s.LUN, validation.MaxSCSIDisks-1)
+	}
+	o := newOpts("scsi-block").add("drive", s.Drive).add("id", s.ID).
+		add("bus", s.Bus).add("channel", "0").add("scsi-id", "0").add("lun", strconv.Itoa(s.LUN))
+	if s.BootIndex > 0 {
+		o.addInt("bootindex", s.BootIndex)
+	}
+	o.on("share-rw", s.ShareRW)
+	return o.arg("-device")
+}
+
 // SATAPorts is the number of ports of q35's built-in AHCI controller
 // (buses ide.0 … ide.5).
 const SATAPorts = validation.SATAPorts

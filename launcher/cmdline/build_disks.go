@@ -11,7 +11,8 @@ import (
 // node, a format node and a guest device. virtio → virtio-blk-pci (its
 // iothread, num-queues with blockMultiQueue); scsi → scsi-hd/scsi-cd on one
 // virtio-scsi controller (LUNs in disk order); sata → ide-hd/ide-cd on
-// q35's AHCI ports in disk order.
+// q35's AHCI ports in disk order; a lun → scsi-block on the same
+// virtio-scsi controller (its volume a block device, raw).
 func (b *builder) disks() {
 	d := &b.vmi.Spec.Domain
 	plan := v1.PlanIOThreads(&b.vmi.Spec)
@@ -20,7 +21,8 @@ func (b *builder) disks() {
 	}
 	queues := v1.BlockQueues(d)
 	for _, disk := range d.Devices.Disks {
-		if disk.Disk != nil && disk.Disk.Bus == v1.DiskBusSCSI || disk.CDRom != nil && disk.CDRom.Bus == v1.DiskBusSCSI {
+		if disk.Disk != nil && disk.Disk.Bus == v1.DiskBusSCSI || disk.CDRom != nil && disk.CDRom.Bus == v1.DiskBusSCSI ||
+			disk.LUN != nil && disk.LUN.Bus == v1.DiskBusSCSI {
 			b.add("spec.domain.devices.disks", SCSIController{ID: SCSIControllerID})
 			break
 		}
@@ -53,10 +55,15 @@ func (b *builder) disks() {
 		case disk.CDRom != nil:
 			bus, cdrom, ro = disk.CDRom.Bus, true, true
 		case disk.LUN != nil:
-			b.fail(p+".lun", "not supported")
-			return
+			bus = disk.LUN.Bus
+			if disk.LUN.ReadOnly {
+				ro, roField = true, p+".lun.readonly"
+			}
+			if !drv.Block || drv.Format != FormatRaw {
+				b.fail(p+".lun", "volume %q is not a block device (%s, %s): a lun passes a SCSI device through", disk.Name, drv.Path, drv.Format)
+			}
 		default:
-			b.fail(p, "no disk or cdrom target; Build needs a defaulted VMI")
+			b.fail(p, "no disk, cdrom or lun target; Build needs a defaulted VMI")
 			return
 		}
 
@@ -83,8 +90,19 @@ func (b *builder) disks() {
 			bd.BootIndex = int(*bo)
 		}
 		target := p + ".disk.bus"
-		if cdrom {
+		switch {
+		case cdrom:
 			target = p + ".cdrom.bus"
+		case disk.LUN != nil:
+			if bus != v1.DiskBusSCSI {
+				b.fail(p+".lun.bus", "%q: a lun passes SCSI commands through only on scsi", bus)
+			}
+			if disk.Serial != "" {
+				b.fail(p+".serial", "a lun has no serial of its own (scsi-block has none)")
+			}
+			b.add(p, SCSIBlock{ID: id, Drive: format, Bus: SCSIControllerID + ".0", LUN: lun, BootIndex: bd.BootIndex, ShareRW: shared})
+			lun++
+			continue
 		}
 		switch bus {
 		case v1.DiskBusVirtio:

@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/launcher/downwardmetrics"
 )
 
 // identity: -name <namespace>_<name> (namespace "default" when empty),
@@ -199,9 +200,20 @@ func (b *builder) chardevs() {
 		b.add("Paths.Serial", SocketChardev{ID: ChardevSerial, Path: b.socket("Paths.Serial", p.Serial)},
 			SerialPort{Chardev: ChardevSerial})
 	}
+	dm := b.vmi.Spec.Domain.Devices.DownwardMetrics != nil
+	if dm && p.DownwardMetrics == "" {
+		b.fail("Paths.DownwardMetrics", "required by spec.domain.devices.downwardMetrics")
+	}
+	if p.GuestAgent != "" || dm {
+		b.add("spec.domain.devices", VirtioSerial{ID: VirtioSerialID})
+	}
 	if p.GuestAgent != "" {
-		b.add("Paths.GuestAgent", VirtioSerial{ID: VirtioSerialID},
-			SocketChardev{ID: ChardevAgent, Path: b.socket("Paths.GuestAgent", p.GuestAgent)},
+		b.add("Paths.GuestAgent", SocketChardev{ID: ChardevAgent, Path: b.socket("Paths.GuestAgent", p.GuestAgent)},
 			VirtSerialPort{Bus: VirtioSerialID + ".0", Chardev: ChardevAgent, Name: AgentPortName})
+	}
+	if dm {
+		b.add("spec.domain.devices.downwardMetrics",
+			SocketChardev{ID: ChardevDownwardMetrics, Path: b.socket("Paths.DownwardMetrics", p.DownwardMetrics)},
+			VirtSerialPort{Bus: VirtioSerialID + ".0", Chardev: ChardevDownwardMetrics, Name: downwardmetrics.PortName})
 	}
 }

@@ -181,6 +181,17 @@ var cases = []testCase{
 			in.Drives[d.Name] = Drive{Path: e.image(t, d.Name, FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
 		}
 	}},
+	{name: "downward-metrics", vmi: "downward-metrics", boot: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["metrics"] = Drive{Path: e.image(t, "vhostmd0", FormatRaw, 256<<10), Format: FormatRaw, ReadOnly: true, DirectIO: true}
+		in.Paths.DownwardMetrics = e.socket(t, "downwardmetrics.sock")
+	}},
+	// Golden only: scsi-block needs a device answering SG_IO, and this
+	// machine has none (docs/launcher.md#luns).
+	{name: "lun", vmi: "lun", noQEMU: true, setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["san"] = Drive{Path: "/var/run/kemu/pvcs/san", Format: FormatRaw, Block: true, DirectIO: true}
+		in.Drives["data"] = Drive{Path: e.image(t, "data", FormatQCOW2, mib), Format: FormatQCOW2, DirectIO: true}
+		in.Drives["san-ro"] = Drive{Path: "/var/run/kemu/pvcs/san-ro", Format: FormatRaw, Block: true, DirectIO: true}
+	}},
 	{name: "escaping", vmi: "escaping", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		name := in.VMI.Spec.Domain.Devices.Disks[0].Name
 		in.Drives[name] = Drive{Path: e.image(t, "vol,1/data", FormatRaw, 4*mib), Format: FormatRaw}

@@ -128,6 +128,16 @@ func TestBuildErrors(t *testing.T) {
 		{name: "read-only claim on sata", yaml: sataYAML(1), mod: func(in *Input) {
 			in.Drives["d0"] = Drive{Path: "/d0", Format: FormatRaw, ReadOnly: true}
 		}, want: `Input.Drives["d0"].ReadOnly`},
+		// A lun is a SCSI device: a block device, raw. Validation cannot
+		// know the claim's mode; launcher/storage refuses it first.
+		{name: "lun on a file", yaml: baseYAML, mod: func(in *Input) {
+			in.VMI.Spec.Domain.Devices.Disks[0] = v1.Disk{Name: "root", LUN: &v1.LunTarget{Bus: v1.DiskBusSCSI}}
+			in.Drives["root"] = Drive{Path: "/run/kemu/pvc/root/disk.img", Format: FormatRaw}
+		}, want: "spec.domain.devices.disks[0].lun", rest: "not a block device"},
+		{name: "lun on sata", yaml: baseYAML, mod: func(in *Input) {
+			in.VMI.Spec.Domain.Devices.Disks[0] = v1.Disk{Name: "root", LUN: &v1.LunTarget{Bus: v1.DiskBusSATA}}
+			in.Drives["root"] = Drive{Path: "/dev/sdb", Format: FormatRaw, Block: true}
+		}, want: "spec.domain.devices.disks[0].lun.bus", rest: "only on scsi"},
 		{name: "secure boot without firmware", yaml: strings.Replace(baseYAML, "    devices:", "    firmware:\n      bootloader:\n        efi: {}\n    devices:", 1),
 			mod: func(in *Input) {
 				in.Facts.OVMF.SecureCode, in.Facts.OVMF.SecureVars = "", ""

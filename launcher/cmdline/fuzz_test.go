@@ -131,6 +131,13 @@ func launcherInput(t *testing.T, vmi *v1.VirtualMachineInstance, mode uint8) Inp
 	t.Helper()
 	e := newGoldenEnv()
 	in := Input{VMI: vmi, Facts: e.facts(AccelTCG), Paths: e.paths(), Drives: map[string]Drive{}, Incoming: mode&modeIncoming != 0}
+	if vmi.Spec.Domain.Devices.DownwardMetrics != nil {
+		in.Paths.DownwardMetrics = path.Join(fuzzRuntimeDir, "downwardmetrics.sock")
+	}
+	luns := map[string]bool{}
+	for _, d := range vmi.Spec.Domain.Devices.Disks {
+		luns[d.Name] = luns[d.Name] || d.LUN != nil
+	}
 	for _, v := range vmi.Spec.Volumes {
 		switch {
 		case v.ContainerDisk != nil, v.EmptyDisk != nil, v.Ephemeral != nil:
@@ -143,6 +150,13 @@ func launcherInput(t *testing.T, vmi *v1.VirtualMachineInstance, mode uint8) Inp
 			if ref := v.CloudInitNoCloud.SecretRef; ref != nil && path.Dir(path.Join(fuzzSecretsDir, ref.Name)) != fuzzSecretsDir {
 				t.Fatalf("secretRef %q is mounted at %s, outside %s", ref.Name, path.Join(fuzzSecretsDir, ref.Name), fuzzSecretsDir)
 			}
+		case v.DownwardMetrics != nil:
+			in.Drives[v.Name] = Drive{Path: path.Join(fuzzRuntimeDir, "vhostmd0"), Format: FormatRaw, ReadOnly: true}
+		case v.PersistentVolumeClaim != nil && luns[v.Name]:
+			// launcher/storage refuses a lun on anything but a block
+			// device answering SG_IO, before Build.
+			in.Drives[v.Name] = Drive{Path: path.Join(fuzzPVCRoot, v.PersistentVolumeClaim.ClaimName),
+				Format: FormatRaw, Block: true, ReadOnly: v.PersistentVolumeClaim.ReadOnly}
 		case v.PersistentVolumeClaim != nil:
 			in.Drives[v.Name] = Drive{Path: path.Join(fuzzPVCRoot, v.PersistentVolumeClaim.ClaimName, "disk.img"),
 				Format: FormatRaw, ReadOnly: v.PersistentVolumeClaim.ReadOnly}
@@ -242,6 +256,7 @@ var deviceKeys = map[string][]string{
 	"virtio-blk-pci":     append(slices.Clone(blockDeviceKeys), "iothread", "num-queues"),
 	"scsi-hd":            append(slices.Clone(blockDeviceKeys), "bus", "channel", "scsi-id", "lun"),
 	"scsi-cd":            append(slices.Clone(blockDeviceKeys), "bus", "channel", "scsi-id", "lun"),
+	"scsi-block":         {"driver", "drive", "id", "bootindex", "share-rw", "bus", "channel", "scsi-id", "lun"},
 	"ide-hd":             append(slices.Clone(blockDeviceKeys), "bus"),
 	"ide-cd":             append(slices.Clone(blockDeviceKeys), "bus"),
 	"virtio-scsi-pci":    {"driver", "id"},

@@ -60,3 +60,7 @@ const (
 	NodePflashVars     = "pflash-vars"
 	NodePflashVarsFile = "pflash-vars-file"
 )
+
+// ChardevDownwardMetrics is the downward metrics port's chardev; the port
+// is downwardmetrics.PortName on the virtio-serial controller.
+const ChardevDownwardMetrics = "downwardmetrics0"

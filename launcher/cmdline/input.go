@@ -28,8 +28,11 @@ type Paths struct {
 	QMPFD      int
 	Serial     string // serial console unix socket; the launcher reads it
 	GuestAgent string // qemu-ga virtio-serial chardev socket ("" = no agent channel)
-	VNC        string // VNC server unix socket; required when the VMI has graphics
-	EFIVars    string // writable copy of the OVMF vars template (OVMF.Pick says which)
+	// DownwardMetrics is the downward metrics port's chardev socket;
+	// required by spec.domain.devices.downwardMetrics.
+	DownwardMetrics string
+	VNC             string // VNC server unix socket; required when the VMI has graphics
+	EFIVars         string // writable copy of the OVMF vars template (OVMF.Pick says which)
 }
 
 // Drive is a prepared volume: the file or block device QEMU opens.

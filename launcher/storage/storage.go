@@ -34,6 +34,12 @@
 //     volumeLabel or "cfgdata" (sysprep: "unattendCD", and it must hold
 //     autounattend.xml or unattend.xml); read-only; the content is the
 //     source's when the VM started (KubeVirt's rule).
+//   - a lun disk's volume must be a block-mode claim whose device speaks
+//     SCSI (SG_GET_VERSION_NUM: ProbeSCSI), else Prepare fails naming
+//     spec.domain.devices.disks[i].lun.
+//   - downwardMetrics: the vhostmd disk <Dir>/vhostmd0 (launcher/downwardmetrics,
+//     256 KiB, one for all such volumes), read-only to QEMU; the launcher
+//     refreshes its metrics while the VM runs.
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
 //
@@ -63,6 +69,7 @@ import (
 	"github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher/cloudinit"
 	"github.com/kemu-dev/kemu/launcher/configdisk"
+	"github.com/kemu-dev/kemu/launcher/downwardmetrics"
 	"github.com/kemu-dev/kemu/launcher/images"
 )
 
@@ -81,7 +88,12 @@ const (
 	KindSysprep               = "sysprep"
 	KindEphemeral             = "ephemeral"
 	KindDataVolume            = "dataVolume"
+	KindDownwardMetrics       = "downwardMetrics"
 )
+
+// DownwardMetricsDisk is the downward metrics disk's file in the VM's
+// directory (KubeVirt's name): one for every downwardMetrics volume.
+const DownwardMetricsDisk = "vhostmd0"
 
 // Disk formats.
 const (
@@ -249,6 +261,9 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 		vol.Name = v.Name
 		pr.p.Volumes[v.Name] = vol
 	}
+	if err := pr.luns(); err != nil {
+		return nil, err
+	}
 	if err := pr.kernelBoot(ctx); err != nil {
 		return nil, err
 	}
@@ -308,6 +323,8 @@ type preparer struct {
 	createdFiles []string
 	createdDirs  []string // outermost last
 	grow         []growth
+
+	downwardMetricsMade bool // <Dir>/vhostmd0 exists
 }
 
 func (pr *preparer) own(path string) {
@@ -366,9 +383,11 @@ func (pr *preparer) volume(ctx context.Context, v *v1alpha1.Volume, field string
 		return pr.configVolume(v, field+".downwardAPI", KindDownwardAPI, v.DownwardAPI.VolumeLabel)
 	case v.Sysprep != nil:
 		return pr.configVolume(v, field+".sysprep", KindSysprep, configdisk.SysprepLabel)
+	case v.DownwardMetrics != nil:
+		return pr.downwardMetrics(field + ".downwardMetrics")
 	default:
 		return Volume{}, fieldErr(field, "volume %q has no supported source (containerDisk, cloudInitNoCloud, cloudInitConfigDrive, "+
-			"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI, sysprep)", v.Name)
+			"emptyDisk, hostDisk, persistentVolumeClaim, ephemeral, configMap, secret, serviceAccount, downwardAPI, sysprep, downwardMetrics)", v.Name)
 	}
 }
 
@@ -726,6 +745,26 @@ func (pr *preparer) cloudInit(v *v1alpha1.Volume, field string) (Volume, error) 
 		return Volume{}, fieldErr(field, "%w", err)
 	}
 	return Volume{Kind: KindCloudInitNoCloud, Path: p, Format: FormatRaw, ReadOnly: true, Size: st.Size()}, nil
+}
+
+// downwardMetrics makes the vhostmd disk <Dir>/vhostmd0 with an empty
+// metrics document (downwardmetrics.Create), once for all the VMI's
+// downwardMetrics volumes; the launcher refreshes it while the VM runs.
+// QEMU opens it read-only.
+func (pr *preparer) downwardMetrics(field string) (Volume, error) {
+	p := filepath.Join(pr.opts.Dir, DownwardMetricsDisk)
+	if pr.downwardMetricsMade {
+		return Volume{Kind: KindDownwardMetrics, Path: p, Format: FormatRaw, ReadOnly: true, Size: downwardmetrics.DiskSize}, nil
+	}
+	p, err := pr.vmFile(DownwardMetricsDisk)
+	if err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	if err := downwardmetrics.Create(p); err != nil {
+		return Volume{}, fieldErr(field, "%w", err)
+	}
+	pr.downwardMetricsMade = true
+	return Volume{Kind: KindDownwardMetrics, Path: p, Format: FormatRaw, ReadOnly: true, Size: downwardmetrics.DiskSize}, nil
 }
 
 // configDrive builds an OpenStack config drive ("config-2" ISO) as KubeVirt
