@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -67,6 +68,9 @@ type Config struct {
 	ImagesMounted bool
 	// QEMU is the emulator binary (default qemu-system-x86_64).
 	QEMU string
+	// Virtiofsd serves domain.devices.filesystems (default
+	// DefaultVirtiofsd).
+	Virtiofsd string
 	// Accel forces "kvm" or "tcg"; "" decides by KVMProbe.
 	Accel string
 	// KVMProbe configures the probe used when Accel is "".
@@ -135,6 +139,14 @@ type Launcher struct {
 	cleanup  sync.Once
 	finished chan struct{}
 
+	// The filesystems' daemons (virtiofs.go): started before QEMU,
+	// stopped after it. fsStopping: the launcher is stopping them;
+	// fsFailure: why one ended the VM; qemuPID: QEMU's, once started.
+	fs         []*virtiofsd
+	fsStopping atomic.Bool
+	fsFailure  atomic.Pointer[string]
+	qemuPID    atomic.Int64
+
 	// Connect's.
 	mon    *qmp.Monitor
 	events *qmp.Subscription
@@ -173,6 +185,9 @@ func New(cfg Config) (*Launcher, error) {
 	if cfg.QEMU == "" {
 		cfg.QEMU = "qemu-system-x86_64"
 	}
+	if cfg.Virtiofsd == "" {
+		cfg.Virtiofsd = DefaultVirtiofsd
+	}
 	if cfg.Accel != "" && cfg.Accel != "kvm" && cfg.Accel != "tcg" {
 		return nil, fmt.Errorf("launcher: accelerator %q is not kvm or tcg", cfg.Accel)
 	}
@@ -183,7 +198,7 @@ func New(cfg Config) (*Launcher, error) {
 		return nil, errors.New("launcher: Config.NICs and Config.PodNetwork are exclusive")
 	}
 	return &Launcher{cfg: cfg, vmi: vmi, exited: make(chan struct{}), finished: make(chan struct{}),
-		stderr: newTailBuffer(40)}, nil
+		stderr: newTailBuffer(40, "QEMU")}, nil
 }
 
 // VMI returns the defaulted VMI being run.
@@ -234,6 +249,9 @@ func (l *Launcher) start(ctx context.Context, incoming bool) (err error) {
 	l.state = newDomainState(l.cfg.Accel)
 	defer func() {
 		if err != nil {
+			if cause := l.filesystemFailure(); cause != "" {
+				err = fmt.Errorf("%s: %w", cause, err)
+			}
 			l.state.handle(event{kind: evStartFailed, message: err.Error()})
 			l.kill()
 			l.finish()

@@ -45,6 +45,7 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 		Serial:     filepath.Join(l.cfg.Dir, "serial.sock"),
 		GuestAgent: filepath.Join(l.cfg.Dir, "qga.sock"),
 		VNC:        filepath.Join(l.cfg.Dir, VNCSocketName),
+		Dir:        l.cfg.Dir,
 	}
 	if l.vmi.Spec.Domain.Devices.DownwardMetrics != nil {
 		l.paths.DownwardMetrics = filepath.Join(l.cfg.Dir, DownwardMetricsSocketName)
@@ -86,6 +87,9 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 		return fmt.Errorf("launcher: QEMU command line: %w", err)
 	}
 	if err := l.listenQMP(); err != nil {
+		return err
+	}
+	if err := l.listenFilesystems(); err != nil {
 		return err
 	}
 	return l.labelFiles()

@@ -31,6 +31,7 @@ func (l *Launcher) exec() error {
 	}
 	cmd := exec.Command(l.cfg.QEMU, l.argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cgroupFD := -1
 	if !l.cfg.NoDeviceCgroup {
 		// QEMU is cloned straight into its device cgroup (CLONE_INTO_CGROUP):
 		// it never runs an instruction outside the allowlist.
@@ -39,6 +40,12 @@ func (l *Launcher) exec() error {
 			return err
 		}
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		cgroupFD = fd
+	}
+	// The filesystems' daemons first (into the same cgroup): QEMU
+	// connects to them as it starts.
+	if err := l.startVirtiofsd(id, cgroupFD); err != nil {
+		return err
 	}
 	cmd.Stdout = l.stderr
 	cmd.Stderr = l.stderr
@@ -54,6 +61,10 @@ func (l *Launcher) exec() error {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
 	}
 	l.cmd = cmd
+	l.qemuPID.Store(int64(cmd.Process.Pid))
+	if l.filesystemFailure() != "" {
+		l.killQEMUFor() // a virtiofsd ended before QEMU's pid was known
+	}
 	go func() {
 		l.exitErr = <-exited
 		close(l.exited)
@@ -78,6 +89,9 @@ func (l *Launcher) supervise() {
 	if code == -1 {
 		msg = fmt.Sprintf("QEMU ended: %v", l.exitErr)
 	}
+	if cause := l.filesystemFailure(); cause != "" {
+		msg = cause
+	}
 	l.finish()
 	d := l.state.handle(event{kind: evExited, code: code, message: msg, detail: l.stderr.String()})
 	klog.InfoS("VM ended", "vmi", klog.KObj(l.vmi), "reason", d.Reason, "message", d.Message)
@@ -88,6 +102,8 @@ func (l *Launcher) supervise() {
 func (l *Launcher) finish() {
 	l.cleanup.Do(func() {
 		l.closeQMPListener()
+		// QEMU has ended (or never started): its filesystems' daemons go.
+		l.stopVirtiofsd()
 		l.mu.Lock()
 		if l.agent != nil {
 			l.agent.Close()
@@ -188,15 +204,19 @@ func (l *Launcher) kill() {
 	<-l.exited
 }
 
-// tailBuffer keeps the last lines QEMU wrote to stdout/stderr.
+// tailBuffer keeps the last lines a program (QEMU, a virtiofsd) wrote to
+// stdout/stderr, and logs each.
 type tailBuffer struct {
-	mu    sync.Mutex
-	max   int
-	lines []string
-	part  string
+	mu     sync.Mutex
+	max    int
+	source string // the program, in the log
+	lines  []string
+	part   string
 }
 
-func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
+func newTailBuffer(max int, source string) *tailBuffer {
+	return &tailBuffer{max: max, source: source}
+}
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
@@ -206,7 +226,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.part = parts[len(parts)-1]
 	for _, line := range parts[:len(parts)-1] {
 		if line = strings.TrimSpace(line); line != "" {
-			klog.InfoS("QEMU", "output", line)
+			klog.InfoS(t.source, "output", line)
 			t.lines = append(t.lines, line)
 		}
 	}

@@ -57,6 +57,9 @@ func (l *Launcher) grantQEMU(id unpriv.Identity) error {
 	if err := os.Chmod(l.cfg.Dir, 0o770); err != nil {
 		return fmt.Errorf("launcher: runtime directory for QEMU: %w", err)
 	}
+	if err := l.grantFilesystems(id); err != nil {
+		return err
+	}
 	var paths []string
 	for _, v := range l.prepared.Volumes {
 		if !v.ReadOnly {

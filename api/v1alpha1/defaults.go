@@ -174,13 +174,17 @@ func setVolumeDefaults(spec *VirtualMachineInstanceSpec) {
 	}
 }
 
-// AddVolumeDisks gives every volume without a disk a disk of its name (no
-// target yet: defaulting makes it virtio, a preference its preferred bus).
+// AddVolumeDisks gives every volume without a disk or filesystem a disk of
+// its name (no target yet: defaulting makes it virtio, a preference its
+// preferred bus).
 func AddVolumeDisks(spec *VirtualMachineInstanceSpec) {
 	disks := &spec.Domain.Devices.Disks
 	hasDisk := map[string]bool{}
 	for _, d := range *disks {
 		hasDisk[d.Name] = true
+	}
+	for _, f := range spec.Domain.Devices.Filesystems {
+		hasDisk[f.Name] = true
 	}
 	for _, v := range spec.Volumes {
 		if !hasDisk[v.Name] {

@@ -365,6 +365,14 @@ type Devices struct {
 	// (num-queues).
 	// +optional
 	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`
+	// Filesystems share a volume's directory with the guest through
+	// virtiofs: a vhost-user-fs device, tag = the filesystem's name, served
+	// by a virtiofsd of its own. The volume is a persistentVolumeClaim
+	// (file-system mode), configMap, secret, serviceAccount or downwardAPI,
+	// and no disk uses it.
+	// +optional
+	// +listType=atomic
+	Filesystems []Filesystem `json:"filesystems,omitempty"`
 
 	// DownwardMetrics is a virtio-serial port, org.github.vhostmd.1, on
 	// which the guest's vm-dump-metrics asks for the downward metrics
@@ -380,7 +388,6 @@ type Devices struct {
 	AutoattachInputDevice *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
 	AutoattachVSOCK       *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
 	GPUs                  UnsupportedList  `json:"gpus,omitempty"`
-	Filesystems           UnsupportedList  `json:"filesystems,omitempty"`
 	HostDevices           UnsupportedList  `json:"hostDevices,omitempty"`
 	ClientPassthrough     *Unsupported     `json:"clientPassthrough,omitempty"`
 	Sound                 *Unsupported     `json:"sound,omitempty"`
@@ -653,6 +660,20 @@ type Volume struct {
 // DownwardMetricsVolumeSource is the downward metrics disk; it has no
 // settings.
 type DownwardMetricsVolumeSource struct{}
+
+// Filesystem is a volume shared with the guest as a file system
+// (KubeVirt's).
+type Filesystem struct {
+	// Name is the volume shared, and the tag the guest mounts
+	// (mount -t virtiofs <name> <dir>): at most 36 characters.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Virtiofs is the only kind: a virtio-fs device.
+	Virtiofs *FilesystemVirtiofs `json:"virtiofs"`
+}
+
+// FilesystemVirtiofs has no settings.
+type FilesystemVirtiofs struct{}
 
 // ConfigMapVolumeSource names a ConfigMap of the VMI's namespace.
 type ConfigMapVolumeSource struct {

@@ -117,6 +117,7 @@ func ValidateVirtualMachineInstanceSpec(spec *v1.VirtualMachineInstanceSpec, fld
 	var allErrs field.ErrorList
 	allErrs = append(allErrs, validateDomain(&spec.Domain, fldPath.Child("domain"))...)
 	allErrs = append(allErrs, validateVolumes(spec, fldPath)...)
+	allErrs = append(allErrs, validateFilesystems(spec, fldPath)...)
 	allErrs = append(allErrs, validateNetworks(spec, fldPath)...)
 	allErrs = append(allErrs, validateQEMUDevices(spec, fldPath)...)
 
@@ -911,12 +912,13 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 }
 
 // pciSlots counts the PCI devices launcher/cmdline adds: one per virtio
-// disk and per interface, the virtio-scsi controller when there are SCSI
+// disk, per interface and per filesystem (vhost-user-fs-pci), the
+// virtio-scsi controller when there are SCSI
 // disks, the virtio-serial controller of the guest agent channel (always),
 // the RNG, the balloon and the VGA device (autoattachGraphicsDevice) when
 // asked for.
 func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
-	n := virtio + len(d.Interfaces) + 1
+	n := virtio + len(d.Interfaces) + len(d.Filesystems) + 1
 	if scsi > 0 {
 		n++
 	}
@@ -933,8 +935,8 @@ func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(p, fmt.Sprintf("%d PCI devices", n), fmt.Sprintf(
-		"%d virtio disks and %d interfaces need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon, VGA): "+
-			"QEMU's root bus has %d; put disks on scsi", virtio, len(d.Interfaces), n, PCIRootSlots))}
+		"%d virtio disks, %d interfaces and %d filesystems need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon, VGA): "+
+			"QEMU's root bus has %d; put disks on scsi", virtio, len(d.Interfaces), len(d.Filesystems), n, PCIRootSlots))}
 }
 
 // readOnlySource says why the launcher opens a volume read-only ("" when it

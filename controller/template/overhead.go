@@ -25,7 +25,11 @@ import (
 //   - EFI firmware: 8 MiB (QEMU maps OVMF_CODE_4M, 3.5 MiB, and the 528 KiB
 //     variable store as pflash);
 //   - the graphics device (autoattachGraphicsDevice, default on): 16 MiB,
-//     the VGA device's video memory (KubeVirt's figure for it).
+//     the VGA device's video memory (KubeVirt's figure for it);
+//   - each filesystem: its virtiofsd (QEMU 7.2's, launcher/virtiofs.go),
+//     4.1 MiB RSS once the guest listed and read its share and wrote a file
+//     (launcher's TestVirtiofsShares) → 16 MiB, headroom for its worker
+//     threads and FUSE request buffers (up to 1 MiB each) under load.
 const (
 	LauncherOverheadBytes     = 16 << 20
 	QEMUBaseOverheadBytes     = 64 << 20
@@ -33,6 +37,7 @@ const (
 	PerExtraVCPUOverheadBytes = 8 << 20
 	EFIOverheadBytes          = 8 << 20
 	GraphicsOverheadBytes     = 16 << 20
+	VirtiofsdOverheadBytes    = 16 << 20
 	// GuestPageTableDivisor: guest memory / GuestPageTableDivisor is added.
 	GuestPageTableDivisor = 512
 )
@@ -80,6 +85,7 @@ func Overhead(vmi *v1.VirtualMachineInstance, kvm bool) *resource.Quantity {
 	if g := vmi.Spec.Domain.Devices.AutoattachGraphicsDevice; g == nil || *g {
 		b += GraphicsOverheadBytes
 	}
+	b += int64(len(vmi.Spec.Domain.Devices.Filesystems)) * VirtiofsdOverheadBytes
 	const mi = 1 << 20
 	b = (b + mi - 1) / mi * mi
 	return resource.NewQuantity(b, resource.BinarySI)

@@ -32,6 +32,22 @@ var LauncherCapabilities = []corev1.Capability{
 	"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL",
 }
 
+// FilesystemCapabilities are added to LauncherCapabilities for a VMI with
+// domain.devices.filesystems: each virtiofsd chroots into its shared
+// directory (as root of its own user namespace, launcher/virtiofs.go), and
+// RuntimeDefault seccomp, which it inherits, allows chroot(2) only to a
+// container holding SYS_CHROOT (docs/deploy.md).
+var FilesystemCapabilities = []corev1.Capability{"SYS_CHROOT"}
+
+// launcherCapabilities are the compute container's capabilities for vmi.
+func launcherCapabilities(vmi *v1.VirtualMachineInstance) []corev1.Capability {
+	caps := append([]corev1.Capability(nil), LauncherCapabilities...)
+	if len(vmi.Spec.Domain.Devices.Filesystems) > 0 {
+		caps = append(caps, FilesystemCapabilities...)
+	}
+	return caps
+}
+
 // GracePeriodPadding is added to the VMI's terminationGracePeriodSeconds for
 // the Pod: after the guest's grace period the launcher sends quit, kills QEMU
 // 5 s later and cleans up (KubeVirt pads by 15 s as well).
@@ -137,7 +153,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 			// runc refuses a capability missing from the host's bounding
 			// set. allowPrivilegeEscalation cannot be false beside
 			// SYS_ADMIN (the API server refuses the pair).
-			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: LauncherCapabilities},
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: launcherCapabilities(b.in.VMI)},
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

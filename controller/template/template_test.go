@@ -61,6 +61,10 @@ func TestOverhead(t *testing.T) {
 		{"kvm-efi", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{}}}
 		}), true, 98 + 8},
+		// Two filesystems: 2 × 16 MiB of virtiofsd.
+		{"kvm-2fs", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "a"}, {Name: "b"}}
+		}), true, 98 + 32},
 		// 16 GiB: 32 MiB of page tables.
 		{"tcg-16Gi", vmi("16Gi", nil), false, 160 + 32},
 	} {
@@ -429,8 +433,21 @@ func TestComputeSecurityContext(t *testing.T) {
 		t.Errorf("seccomp %+v, want RuntimeDefault", sc.SeccompProfile)
 	}
 	for _, c := range sc.Capabilities.Add {
-		if c == "SYS_RESOURCE" || c == "SYS_PTRACE" || c == "SYS_MODULE" || c == "MKNOD" {
+		if c == "SYS_RESOURCE" || c == "SYS_PTRACE" || c == "SYS_MODULE" || c == "MKNOD" || c == "SYS_CHROOT" {
 			t.Errorf("capability %s added", c)
 		}
+	}
+	// A VMI with a filesystem: SYS_CHROOT too (virtiofsd's chroot under
+	// RuntimeDefault seccomp), and nothing else more.
+	pod, err = NewService(Options{LauncherImage: "l"}).Render(Input{VMI: vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+		x.Spec.Volumes = append(x.Spec.Volumes, v1.Volume{Name: "cm", ConfigMap: &v1.ConfigMapVolumeSource{Name: "app"}})
+		x.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "cm", Virtiofs: &v1.FilesystemVirtiofs{}}}
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pod.Spec.Containers[0].SecurityContext.Capabilities.Add
+	if want := append(append([]corev1.Capability(nil), LauncherCapabilities...), "SYS_CHROOT"); !slices.Equal(got, want) {
+		t.Errorf("capabilities with a filesystem %v, want %v", got, want)
 	}
 }

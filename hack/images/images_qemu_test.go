@@ -21,6 +21,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/kemu-dev/kemu/launcher"
 )
 
 // layout is an unpacked OCI archive.
@@ -200,6 +202,7 @@ func TestKemuImages(t *testing.T) {
 			{[]string{"kemuctl", "version", "--client"}, 0, "t1"},
 			{[]string{"qemu-system-x86_64", "--version"}, 0, "QEMU emulator version"},
 			{[]string{"qemu-img", "--version"}, 0, "qemu-img version"},
+			{[]string{launcher.DefaultVirtiofsd, "--version"}, 0, "virtiofsd version 7.2"},
 			{[]string{"qemu-system-x86_64", "-accel", "help"}, 0, "tcg"},
 		},
 		"kemu-controller": {

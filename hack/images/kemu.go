@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/kemu-dev/kemu/hack/images/gobuild"
+	"github.com/kemu-dev/kemu/launcher"
 )
 
 // Image names (the tag is -version; each archive also names :latest, which
@@ -57,8 +58,10 @@ const (
 	imagePATH   = "PATH=/usr/local/bin:/usr/bin:/bin"
 )
 
-// qemuBinaries are copied with their libraries.
-var qemuBinaries = []string{"/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img"}
+// qemuBinaries are copied with their libraries: QEMU, qemu-img and the
+// virtiofsd the launcher runs for filesystems (QEMU 7.2's, from
+// qemu-system-common).
+var qemuBinaries = []string{"/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", launcher.DefaultVirtiofsd}
 
 // qemuDlopened are libraries QEMU loads at run time, which ldd does not list:
 // the TCG accelerator is a module in Debian's QEMU (without it -accel tcg

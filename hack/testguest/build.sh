@@ -42,6 +42,7 @@ MODULES=(
 	virtio_net virtio_console virtio_rng virtio_balloon
 	button evdev
 	isofs vfat nls_cp437 nls_ascii nls_utf8 nls_iso8859-1
+	fuse virtiofs
 )
 
 # Disk layout: MBR, one bootable FAT16 partition at 1 MiB.

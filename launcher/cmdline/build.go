@@ -101,6 +101,7 @@ func devices(in Input) ([]sourced, error) {
 	b.chardevs()
 	b.disks()
 	b.nics()
+	b.filesystems()
 	b.graphics()
 	if d.Devices.Rng != nil {
 		b.add("spec.domain.devices.rng", RNG{ID: RNGID, Filename: "/dev/urandom"})

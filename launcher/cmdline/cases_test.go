@@ -154,6 +154,7 @@ var cases = []testCase{
 	}},
 	{name: "incoming", vmi: "incoming", setup: func(t testing.TB, e env, in *Input) { in.Incoming = true }},
 	{name: "cpu-kvm", vmi: "cpu", accel: AccelKVM, noQEMU: true},
+	{name: "filesystems", vmi: "filesystems", noQEMU: true},
 	{name: "cpu-tcg", vmi: "cpu", boot: true},
 	{name: "cpu-named-kvm", vmi: "cpu-named", accel: AccelKVM, noQEMU: true},
 	{name: "cpu-named-tcg", vmi: "cpu-named"},

@@ -233,7 +233,7 @@ var argvSpec = map[string]struct {
 	implied string
 	keys    []string
 }{
-	"-machine":  {"type", []string{"type", "accel", "vmport", "dump-guest-core", "acpi", "smm", "pflash0", "pflash1"}},
+	"-machine":  {"type", []string{"type", "accel", "vmport", "dump-guest-core", "acpi", "smm", "pflash0", "pflash1", "memory-backend"}},
 	"-smp":      {"cpus", []string{"cpus", "sockets", "cores", "threads"}},
 	"-name":     {"guest", []string{"guest", "debug-threads"}},
 	"-smbios":   {"", []string{"type", "serial", "uuid"}},
@@ -245,7 +245,7 @@ var argvSpec = map[string]struct {
 	"-mon":      {"chardev", []string{"chardev", "mode"}},
 	"-blockdev": {"driver", []string{"driver", "node-name", "filename", "read-only", "discard", "file", "cache.direct", "aio", "locking"}},
 	"-netdev":   {"type", []string{"type", "id", "fd", "fds", "vhost", "vhostfd", "vhostfds", "net", "host", "dhcpstart", "hostfwd"}},
-	"-object":   {"qom-type", []string{"qom-type", "id", "filename"}},
+	"-object":   {"qom-type", []string{"qom-type", "id", "filename", "size", "share"}},
 	"-device":   {"driver", nil},
 	"-vnc":      {"vnc", []string{"vnc", "share"}},
 }
@@ -269,6 +269,7 @@ var deviceKeys = map[string][]string{
 	"virtio-rng-pci":     {"driver", "rng"},
 	"virtio-balloon-pci": {"driver", "id"},
 	"VGA":                {"driver", "id", "vgamem_mb"},
+	"vhost-user-fs-pci":  {"driver", "id", "chardev", "tag"},
 }
 
 // wholeArgs take one argument as it is; bareFlags take none.

@@ -28,7 +28,7 @@ func (e *goldenEnv) facts(accel string) Facts {
 
 func (e *goldenEnv) paths() Paths {
 	return Paths{QMP: "/run/kemu/qmp.sock", QMPDebug: "/run/kemu/qmp-debug.sock",
-		Serial: "/run/kemu/serial.sock", GuestAgent: "/run/kemu/qga.sock", VNC: "/run/kemu/vnc.sock"}
+		Serial: "/run/kemu/serial.sock", GuestAgent: "/run/kemu/qga.sock", VNC: "/run/kemu/vnc.sock", Dir: "/run/kemu"}
 }
 
 func (e *goldenEnv) socket(_ testing.TB, name string) string { return path.Join("/run/kemu", name) }

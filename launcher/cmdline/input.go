@@ -33,6 +33,7 @@ type Paths struct {
 	DownwardMetrics string
 	VNC             string // VNC server unix socket; required when the VMI has graphics
 	EFIVars         string // writable copy of the OVMF vars template (OVMF.Pick says which)
+	Dir             string // the VM's runtime directory: filesystems' virtiofsd sockets (FilesystemSocket)
 }
 
 // Drive is a prepared volume: the file or block device QEMU opens.

@@ -18,6 +18,9 @@ type Machine struct {
 	// PFlash0 and PFlash1 are the block node names of the firmware code
 	// and variable store (EFI); "" = none (SeaBIOS).
 	PFlash0, PFlash1 string
+	// MemoryBackend is the id of the guest memory's backend object
+	// (SharedMemory); "": QEMU's own.
+	MemoryBackend string
 }
 
 // Args implements Device.
@@ -43,6 +46,7 @@ func (m Machine) Args() ([]string, error) {
 		return nil, fmt.Errorf("-machine: pflash0 and pflash1 go together")
 	}
 	o.addNonEmpty("pflash0", m.PFlash0).addNonEmpty("pflash1", m.PFlash1)
+	o.addNonEmpty("memory-backend", m.MemoryBackend)
 	return o.arg("-machine")
 }
 

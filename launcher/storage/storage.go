@@ -42,6 +42,9 @@
 //     refreshes its metrics while the VM runs.
 //   - firmware.kernelBoot.container: kernel and initrd extracted into the
 //     image cache.
+//   - a volume that domain.devices.filesystems shares is no disk: Prepared
+//     .Shares has its directory (shares.go), a file-system claim's mount or
+//     a config volume's, read-only ones on a read-only mount.
 //
 // Every volume also says whether its files can be opened with O_DIRECT and
 // whether it is preallocated: the facts behind a disk's default cache and
@@ -170,8 +173,10 @@ type KernelBoot struct{ Kernel, Initrd string }
 
 // Prepared is what Prepare made.
 type Prepared struct {
-	Volumes map[string]Volume // by volume name
-	Kernel  *KernelBoot
+	Volumes map[string]Volume // by volume name: the disks
+	// Shares are the volumes shared as filesystems, by volume name.
+	Shares map[string]Share
+	Kernel *KernelBoot
 
 	mu    sync.Mutex
 	owned []string // files that live and die with the VM
@@ -236,7 +241,7 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 		opts: opts,
 		vmi:  vmi,
 		qemu: qemuImg{bin: opts.QemuImg},
-		p:    &Prepared{Volumes: map[string]Volume{}},
+		p:    &Prepared{Volumes: map[string]Volume{}, Shares: map[string]Share{}},
 	}
 	defer func() {
 		if err != nil {
@@ -244,6 +249,7 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 		}
 	}()
 	seen := map[string]int{}
+	shared := v1alpha1.FilesystemNames(&vmi.Spec)
 	for i := range vmi.Spec.Volumes {
 		v := &vmi.Spec.Volumes[i]
 		field := fmt.Sprintf("spec.volumes[%d]", i)
@@ -254,6 +260,14 @@ func Prepare(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, opts Opt
 			return nil, fieldErr(field+".name", "volume name %q is already used by spec.volumes[%d]", v.Name, j)
 		}
 		seen[v.Name] = i
+		if shared[v.Name] {
+			sh, err := pr.share(v, field)
+			if err != nil {
+				return nil, err
+			}
+			pr.p.Shares[v.Name] = sh
+			continue
+		}
 		vol, err := pr.volume(ctx, v, field)
 		if err != nil {
 			return nil, err

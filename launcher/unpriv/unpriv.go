@@ -15,6 +15,12 @@
 // after that (Go does both in that order) and execs QEMU: with no
 // inheritable, ambient or bounding capabilities a non-root program gets none
 // at exec, whatever securebits say.
+//
+// Spec.UserNS runs a program (virtiofsd) as root of a user namespace of
+// its own instead, mapped to the same unprivileged user outside: the
+// capabilities it gets there let it chroot and unshare its own sandbox but
+// give it nothing on the node, where it is that user with no_new_privs,
+// the SELinux label and no supplementary group.
 package unpriv
 
 import (
@@ -60,23 +66,57 @@ type Spec struct {
 	Umask int
 	// SELinuxLabel is the program's process label ("": unchanged).
 	SELinuxLabel string
+	// UserNS starts the program in a user namespace of its own, in which
+	// it is root (uid and gid 0) mapped to Identity's UID and GID outside
+	// (one id each, setgroups denied; Identity.Groups must be empty and
+	// the program has no supplementary group): to the node it is that
+	// user and nothing more, whatever capabilities it holds inside —
+	// those reach only what the namespace owns (namespaces it creates,
+	// files of the one mapped user). For programs that need to chroot or
+	// unshare to sandbox themselves (virtiofsd), which QEMU does not.
+	// The launcher needs CAP_SYS_ADMIN (or unprivileged user namespaces)
+	// to create it.
+	UserNS bool
+}
+
+// UserNSMappings are the uid and gid maps of a Spec.UserNS program run as
+// id: its root is id outside, one id each.
+func UserNSMappings(id Identity) (uids, gids []syscall.SysProcIDMap) {
+	return []syscall.SysProcIDMap{{ContainerID: 0, HostID: id.UID, Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: 0, HostID: id.GID, Size: 1}}
 }
 
 // Start starts cmd under spec from an OS thread of its own, which reaps it
 // (exited receives cmd.Wait's error) and is then parked for good.
 // The caller sets SysProcAttr (Setpgid, Pdeathsig — which fires when that
 // thread, not the caller's, dies — cgroup), files, directory and output as
-// for any exec.Cmd, but not Credential: Start sets it. The calling thread
-// and process are not changed.
+// for any exec.Cmd, but not Credential nor user namespace mappings: Start
+// sets them. The calling thread and process are not changed.
 func Start(cmd *exec.Cmd, spec Spec) (exited <-chan error, err error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	if cmd.SysProcAttr.Credential != nil {
+	a := cmd.SysProcAttr
+	if a.Credential != nil {
 		return nil, errors.New("unpriv: the command already has a Credential")
 	}
+	if a.UidMappings != nil || a.GidMappings != nil || (a.Cloneflags|a.Unshareflags)&syscall.CLONE_NEWUSER != 0 {
+		return nil, errors.New("unpriv: the command already has a user namespace (Spec.UserNS makes it)")
+	}
 	root := unix.Geteuid() == 0
-	if root {
+	switch {
+	case spec.UserNS && len(spec.Groups) > 0:
+		return nil, errors.New("unpriv: a program in its own user namespace has no supplementary groups (Spec.Groups)")
+	case spec.UserNS:
+		// Root inside: the child sets uid and gid 0 of the new namespace
+		// once the parent wrote the maps, which makes it id outside (until
+		// then it is the launcher's ids, unmapped). Its supplementary
+		// groups are the preparing thread's: none (prepareThread).
+		a.Cloneflags |= syscall.CLONE_NEWUSER
+		a.UidMappings, a.GidMappings = UserNSMappings(spec.Identity)
+		a.GidMappingsEnableSetgroups = false
+		a.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+	case root:
 		groups := make([]uint32, 0, len(spec.Groups)+1)
 		for _, g := range spec.Groups {
 			groups = append(groups, uint32(g))
@@ -84,7 +124,7 @@ func Start(cmd *exec.Cmd, spec Spec) (exited <-chan error, err error) {
 		if len(groups) == 0 {
 			groups = append(groups, uint32(spec.GID))
 		}
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: groups}
+		a.Credential = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: groups}
 	}
 	started := make(chan error, 1)
 	done := make(chan error, 1)
@@ -144,9 +184,20 @@ func prepareThread(spec Spec, root bool) error {
 		return fmt.Errorf("unshare(CLONE_FS): %w", err)
 	}
 	unix.Umask(spec.Umask)
+	if spec.UserNS && root {
+		// The child of a new user namespace keeps its parent's
+		// supplementary groups and, with setgroups denied there, cannot
+		// drop them: drop root's here, on this thread only (the raw
+		// system call; the libc and Go wrappers change every thread).
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			return fmt.Errorf("dropping the supplementary groups: %w", e)
+		}
+	}
 	if root {
 		// Dropping from the bounding set needs SETPCAP, which this thread
-		// keeps (the child loses it when it changes user).
+		// keeps (the child loses it when it changes user). A Spec.UserNS
+		// child starts its namespace with every capability, bounding set
+		// included, but they are the namespace's, not the node's.
 		for c := 0; c <= lastCap(); c++ {
 			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 				return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)

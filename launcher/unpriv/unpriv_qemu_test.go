@@ -195,3 +195,106 @@ func TestStartKeepsOtherChildren(t *testing.T) {
 		}
 	}
 }
+
+// TestStartUserNS: a Spec.UserNS program is root of its own user namespace
+// (uid 0, every capability, bounding set included — inside), and to the
+// node uid and gid 107 in every slot, no supplementary group,
+// no_new_privs: /proc/<pid>/status and uid_map read from here (the node's
+// namespace) translate its ids to ours. Its capabilities are the
+// namespace's: they say nothing of what it may do to the node.
+func TestStartUserNS(t *testing.T) {
+	requireRoot(t)
+	id := Identity{UID: UID, GID: GID}
+	spec := Spec{Identity: id, Umask: 0o077, UserNS: true}
+
+	// Inside: what the program sees of itself.
+	cmd := exec.Command("sh", "-c", "cat /proc/self/status /proc/self/uid_map /proc/self/gid_map /proc/self/setgroups")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := run(t, cmd, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := parse(t, out)
+	if in.UIDs != [4]int{0, 0, 0, 0} || in.GIDs != [4]int{0, 0, 0, 0} {
+		t.Errorf("inside its namespace: uids %v gids %v, want root\n%s", in.UIDs, in.GIDs, out)
+	}
+	if !in.NoNewPrivs {
+		t.Errorf("no_new_privs not set\n%s", out)
+	}
+	if g := groupsLine(out); g != "" {
+		t.Errorf("inside: supplementary groups %q", g)
+	}
+	for _, want := range []string{"0        107          1", "deny"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("want %q in\n%s", want, out)
+		}
+	}
+
+	// Outside: the node's view of the running program.
+	cmd = exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	exited, err := Start(cmd, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	pid := cmd.Process.Pid
+	s, err := ReadStatus(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UIDs != [4]int{UID, UID, UID, UID} || s.GIDs != [4]int{GID, GID, GID, GID} || !s.NoNewPrivs {
+		t.Errorf("node view: uids %v gids %v no_new_privs %v, want %d, %d, true", s.UIDs, s.GIDs, s.NoNewPrivs, UID, GID)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := groupsLine(raw); g != "" {
+		t.Errorf("node view: supplementary groups %q", g)
+	}
+	for file, want := range map[string]string{"uid_map": fmt.Sprint(UID), "gid_map": fmt.Sprint(GID)} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(b)); len(f) != 3 || f[0] != "0" || f[1] != want || f[2] != "1" {
+			t.Errorf("%s = %q, want 0 %s 1", file, b, want)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d", pid), &st); err != nil || st.Uid != UID {
+		t.Errorf("/proc/%d is owned by %d (%v), want %d", pid, st.Uid, err, UID)
+	}
+	// The namespace is its own, not ours.
+	mine, _ := os.Readlink("/proc/self/ns/user")
+	its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil || its == mine {
+		t.Errorf("user namespace %q (%v), ours %q", its, err, mine)
+	}
+}
+
+func TestStartUserNSErrors(t *testing.T) {
+	requireRoot(t)
+	if _, err := Start(exec.Command("true"), Spec{Identity: Identity{UID: UID, GID: GID, Groups: []int{110}}, UserNS: true}); err == nil {
+		t.Error("supplementary groups in a user namespace were accepted")
+	}
+	cmd := exec.Command("true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
+	if _, err := Start(cmd, Spec{Identity: Identity{UID: UID, GID: GID}}); err == nil {
+		t.Error("a command with its own user namespace was accepted")
+	}
+}
+
+// groupsLine is the Groups line's value of a status dump.
+func groupsLine(status []byte) string {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "Groups:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "(no Groups line)"
+}

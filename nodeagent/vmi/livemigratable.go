@@ -18,6 +18,7 @@ import (
 const (
 	ReasonInterfaceNotLiveMigratable = "InterfaceNotLiveMigratable"
 	ReasonDisksNotLiveMigratable     = "DisksNotLiveMigratable"
+	ReasonVirtIOFSNotLiveMigratable  = "VirtIOFSNotLiveMigratable"
 )
 
 // pvcInfo is what LiveMigratable needs of a VMI's PVC: its access modes,
@@ -49,6 +50,13 @@ func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.
 			cond.Message = fmt.Sprintf("cannot migrate VMI: interface %s uses the bridge binding on the pod network (the guest holds the Pod's IP)", iface.Name)
 			return cond
 		}
+	}
+	if fss := vmi.Spec.Domain.Devices.Filesystems; len(fss) > 0 {
+		// QEMU 7.2's vhost-user-fs device is unmigratable (its state lives
+		// in virtiofsd), whatever the volume: KubeVirt's reason.
+		cond.Reason = ReasonVirtIOFSNotLiveMigratable
+		cond.Message = fmt.Sprintf("cannot migrate VMI: filesystem %s is shared with virtiofs, and QEMU cannot migrate a vhost-user-fs device", fss[0].Name)
+		return cond
 	}
 	var bad []string
 	for _, vol := range vmi.Spec.Volumes {

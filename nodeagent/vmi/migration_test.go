@@ -156,6 +156,11 @@ func TestLiveMigratable(t *testing.T) {
 		{"bridge on the pod network", vmi([]v1.Interface{{Name: "default", Bridge: &v1.InterfaceBridge{}}}), nil,
 			corev1.ConditionFalse, ReasonInterfaceNotLiveMigratable, "interface default"},
 		{"RWX PVC", vmi(masq, pvc("data", "c1", false)), map[string]pvcInfo{"c1": rwx}, corev1.ConditionTrue, "", ""},
+		{"RWX PVC shared with virtiofs", func() *v1.VirtualMachineInstance {
+			v := vmi(masq, pvc("data", "c1", false))
+			v.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "data", Virtiofs: &v1.FilesystemVirtiofs{}}}
+			return v
+		}(), map[string]pvcInfo{"c1": rwx}, corev1.ConditionFalse, ReasonVirtIOFSNotLiveMigratable, "filesystem data"},
 		{"RWO PVC", vmi(masq, pvc("data", "c1", false)), map[string]pvcInfo{"c1": rwo},
 			corev1.ConditionFalse, ReasonDisksNotLiveMigratable, "volume data: PVC c1 is not shared"},
 		{"ROX PVC read-only", vmi(masq, pvc("data", "c1", true)), map[string]pvcInfo{"c1": rox}, corev1.ConditionTrue, "", ""},

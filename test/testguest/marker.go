@@ -42,6 +42,8 @@ const (
 	KindNetworkConfig  = "networkconfig"
 	KindVolume         = "volume"
 	KindVolFile        = "volfile"
+	KindFS             = "fs"
+	KindFSFile         = "fsfile"
 	KindAgent          = "agent"
 	KindACPID          = "acpid"
 	KindReady          = "ready"
