@@ -165,9 +165,26 @@ func assertNothingLeft(t *testing.T, dir string, pids map[string]int) {
 // the node, in QEMU's device cgroup; nothing is left once the VM stopped.
 func TestVirtiofsShares(t *testing.T) {
 	base := shortDir(t)
-	cfg := newConfig(t, parseVMI(t, virtiofsVMIWith([]string{"data", "cm"},
+	// A containerPath: a read-only mount of the launcher's container (as a
+	// token projection another webhook adds), outside the reserved trees
+	// (/tmp is one).
+	tokenMount, err := os.MkdirTemp("/run", "kemu-cp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tokenMount) })
+	tokenSrc := filepath.Join(base, "token-src")
+	if err := os.MkdirAll(tokenSrc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tokenSrc, "token"), []byte("eyJ.projected.token"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readOnlyMount(t, tokenSrc, tokenMount)
+	cfg := newConfig(t, parseVMI(t, virtiofsVMIWith([]string{"data", "cm", "token"},
 		"  - {name: data, persistentVolumeClaim: {claimName: data}}",
-		"  - {name: cm, configMap: {name: app}}")))
+		"  - {name: cm, configMap: {name: app}}",
+		"  - {name: token, containerPath: {path: "+tokenMount+"}}")))
 	cfg.PVCRoot = filepath.Join(base, "pvc")
 	claimDir(t, cfg.PVCRoot, "data", map[string]string{"hello.txt": "hello from the claim\n"})
 	kubelet := filepath.Join(base, "kubelet", "cm")
@@ -177,7 +194,7 @@ func TestVirtiofsShares(t *testing.T) {
 
 	t0 := time.Now()
 	v := start(t, cfg)
-	for _, tag := range []string{"data", "cm"} {
+	for _, tag := range []string{"data", "cm", "token"} {
 		m := v.wait(bootTimeout, testguest.IsKind(testguest.KindFS, "tag", tag, "scan", "0"))
 		if m.Field("status") != "mounted" {
 			t.Fatalf("%s: %s", tag, m.Raw)
@@ -191,12 +208,15 @@ func TestVirtiofsShares(t *testing.T) {
 			t.Errorf("cm/%s = %q, want %q", k, got, want)
 		}
 	}
+	if _, got := v.fsFile(0, "token", "token"); got != "eyJ.projected.token" {
+		t.Errorf("token/token = %q (the containerPath)", got)
+	}
 	ready := v.wait(bootTimeout, testguest.IsKind(testguest.KindReady))
-	t.Logf("boot to ready with 2 virtiofs shares: %s (phases %v)", time.Since(t0).Round(time.Millisecond), v.l.Phases)
+	t.Logf("boot to ready with 3 virtiofs shares: %s (phases %v)", time.Since(t0).Round(time.Millisecond), v.l.Phases)
 
 	// To the node, every virtiofsd is QEMU's user, nothing more.
 	pids := virtiofsdPIDs(v.l)
-	if len(pids) != 2 {
+	if len(pids) != 3 {
 		t.Fatalf("virtiofsd pids %v", pids)
 	}
 	cg := v.l.DeviceCgroup()

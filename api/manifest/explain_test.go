@@ -25,7 +25,8 @@ func TestExplain(t *testing.T) {
 		}},
 		{"VMI.spec.volumes[]", false, map[string]Support{
 			"spec.volumes[].configMap":     Supported,
-			"spec.volumes[].containerPath": Unsupported, // KubeVirt's, not declared by kemu
+			"spec.volumes[].containerPath": Supported,
+			"spec.volumes[].memoryDump":    Unsupported, // declared Unsupported
 		}},
 		{"vm.spec", false, map[string]Support{"spec.runStrategy": Supported, "spec.template": Supported}},
 		{"vmi.spec.networks[].pod", false, map[string]Support{"spec.networks[].pod.vmNetworkCIDR": Supported}},

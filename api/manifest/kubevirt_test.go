@@ -121,7 +121,7 @@ func TestKubeVirtFieldsKemuDoesNotDeclare(t *testing.T) {
 		"spec.template.spec.domain.devices.interfaces[0].passtBinding": unsupported,
 		"spec.template.spec.domain.devices.interfaces[0].colour":       unknown,
 		"spec.template.spec.domain.devices.diskz":                      unknown,
-		"spec.template.spec.volumes[1].containerPath":                  unsupported,
+		"spec.template.spec.volumes[1].memoryDump":                     unsupported,
 		"spec.template.spec.volumes[2].containerDisk.sizeGB":           unknown,
 		"spec.template.spec.volumes[2].containerDisk.imagePullSecret":  unsupported,
 	}

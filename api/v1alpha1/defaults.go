@@ -187,7 +187,7 @@ func AddVolumeDisks(spec *VirtualMachineInstanceSpec) {
 		hasDisk[f.Name] = true
 	}
 	for _, v := range spec.Volumes {
-		if !hasDisk[v.Name] {
+		if !hasDisk[v.Name] && v.ContainerPath == nil { // a filesystem only
 			*disks = append(*disks, Disk{Name: v.Name})
 			hasDisk[v.Name] = true
 		}

@@ -7,7 +7,7 @@ const MaxFilesystemTagLength = 36
 
 // FilesystemSource is the kind of a volume a filesystem may share
 // ("persistentVolumeClaim", "configMap", "secret", "serviceAccount",
-// "downwardAPI"), and whether the share is read-only: the config kinds
+// "downwardAPI", "containerPath"), and whether the share is read-only: the config kinds
 // always (the kubelet mounts them read-only), a claim with readOnly. ""
 // for every other kind.
 func FilesystemSource(v *Volume) (kind string, readOnly bool) {
@@ -22,6 +22,8 @@ func FilesystemSource(v *Volume) (kind string, readOnly bool) {
 		return "serviceAccount", true
 	case v.DownwardAPI != nil:
 		return "downwardAPI", true
+	case v.ContainerPath != nil:
+		return "containerPath", true
 	}
 	return "", false
 }

@@ -589,7 +589,7 @@ type Port struct {
 }
 
 // Volume is a named storage source.
-// +kubebuilder:validation:XValidation:rule="(has(self.containerDisk) ? 1 : 0) + (has(self.cloudInitNoCloud) ? 1 : 0) + (has(self.emptyDisk) ? 1 : 0) + (has(self.hostDisk) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.dataVolume) ? 1 : 0) + (has(self.cloudInitConfigDrive) ? 1 : 0) + (has(self.sysprep) ? 1 : 0) + (has(self.ephemeral) ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.secret) ? 1 : 0) + (has(self.serviceAccount) ? 1 : 0) + (has(self.downwardAPI) ? 1 : 0) + (has(self.downwardMetrics) ? 1 : 0) + (has(self.memoryDump) ? 1 : 0) == 1",message="a volume has exactly one source"
+// +kubebuilder:validation:XValidation:rule="(has(self.containerDisk) ? 1 : 0) + (has(self.containerPath) ? 1 : 0) + (has(self.cloudInitNoCloud) ? 1 : 0) + (has(self.emptyDisk) ? 1 : 0) + (has(self.hostDisk) ? 1 : 0) + (has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.dataVolume) ? 1 : 0) + (has(self.cloudInitConfigDrive) ? 1 : 0) + (has(self.sysprep) ? 1 : 0) + (has(self.ephemeral) ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.secret) ? 1 : 0) + (has(self.serviceAccount) ? 1 : 0) + (has(self.downwardAPI) ? 1 : 0) + (has(self.downwardMetrics) ? 1 : 0) + (has(self.memoryDump) ? 1 : 0) == 1",message="a volume has exactly one source"
 type Volume struct {
 	// Name is referenced by a disk.
 	// +kubebuilder:validation:MaxLength=63
@@ -647,6 +647,12 @@ type Volume struct {
 	// +optional
 	DataVolume *DataVolumeSource `json:"dataVolume,omitempty"`
 
+	// ContainerPath shares a directory the launcher container mounts
+	// (a volumeMount of its Pod that another admission webhook added, such
+	// as a cloud provider's token projection) with the guest, read-only,
+	// through virtiofs only (docs/api.md#filesystems).
+	// +optional
+	ContainerPath *ContainerPathVolumeSource `json:"containerPath,omitempty"`
 	// DownwardMetrics is a read-only disk in vhostmd's format holding the
 	// node's and this VM's metrics (KubeVirt's list), refreshed by the
 	// launcher every 5 seconds; the guest reads it with vm-dump-metrics.
@@ -674,6 +680,20 @@ type Filesystem struct {
 
 // FilesystemVirtiofs has no settings.
 type FilesystemVirtiofs struct{}
+
+// ContainerPathVolumeSource is a path of the launcher container (KubeVirt's
+// virt-launcher container).
+type ContainerPathVolumeSource struct {
+	// Path is an absolute path the launcher container has a mount at.
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="path must be absolute (start with '/')"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="path must not contain '..'"
+	Path string `json:"path"`
+	// ReadOnly must be true (the default): the guest only reads it.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == true",message="readOnly must be true, write access is not supported"
+	ReadOnly *bool `json:"readOnly,omitempty"`
+}
 
 // ConfigMapVolumeSource names a ConfigMap of the VMI's namespace.
 type ConfigMapVolumeSource struct {

@@ -80,3 +80,48 @@ func TestFilesystemVolumeGetsNoDisk(t *testing.T) {
 		}
 	}
 }
+
+func TestContainerPath(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		name   string
+		cp     v1.ContainerPathVolumeSource
+		asDisk bool
+		want   []string
+	}{
+		{name: "a token projection", cp: v1.ContainerPathVolumeSource{Path: "/var/run/secrets/eks.amazonaws.com/serviceaccount", ReadOnly: &yes}},
+		{name: "as a disk", cp: v1.ContainerPathVolumeSource{Path: "/var/run/secrets/x"}, asDisk: true,
+			want: []string{"Invalid value spec.volumes[2].name"}},
+		{name: "writable", cp: v1.ContainerPathVolumeSource{Path: "/var/run/secrets/x", ReadOnly: &no},
+			want: []string{"Invalid value spec.volumes[2].containerPath.readOnly"}},
+		{name: "kemu's own files", cp: v1.ContainerPathVolumeSource{Path: "/var/run/kemu/private"},
+			want: []string{"Forbidden spec.volumes[2].containerPath.path"}},
+		{name: "a system tree", cp: v1.ContainerPathVolumeSource{Path: "/proc"},
+			want: []string{"Forbidden spec.volumes[2].containerPath.path"}},
+		{name: "relative", cp: v1.ContainerPathVolumeSource{Path: "var/run/secrets"},
+			want: []string{"Invalid value spec.volumes[2].containerPath.path"}},
+		{name: "dot-dot", cp: v1.ContainerPathVolumeSource{Path: "/var/run/secrets/../kemu"},
+			want: []string{"Invalid value spec.volumes[2].containerPath.path"}},
+		{name: "root", cp: v1.ContainerPathVolumeSource{Path: "/"},
+			want: []string{"Invalid value spec.volumes[2].containerPath.path"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := baseVMI()
+			cp := tc.cp
+			vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: "token", ContainerPath: &cp})
+			if tc.asDisk {
+				vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, v1.Disk{Name: "token"})
+			} else {
+				vmi.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "token", Virtiofs: &v1.FilesystemVirtiofs{}}}
+			}
+			v1.SetVirtualMachineInstanceDefaults(vmi)
+			got := errorKeys(ValidateVirtualMachineInstance(vmi))
+			if tc.asDisk {
+				got = slices.DeleteFunc(got, func(k string) bool { return strings.HasPrefix(k, "Invalid value spec.domain.devices.disks") })
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("errors %q, want %q\n%v", got, tc.want, ValidateVirtualMachineInstance(vmi))
+			}
+		})
+	}
+}

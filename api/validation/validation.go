@@ -586,6 +586,7 @@ func volumeSources(v *v1.Volume) []string {
 	add(v.Ephemeral != nil, "ephemeral")
 	add(v.DataVolume != nil, "dataVolume")
 	add(v.DownwardMetrics != nil, "downwardMetrics")
+	add(v.ContainerPath != nil, "containerPath")
 	// Unsupported sources are reported by Unsupported; counted here so a
 	// volume with one of them is not also told it has no source.
 	for _, u := range []struct {

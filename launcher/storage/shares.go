@@ -2,9 +2,12 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -57,6 +60,12 @@ func (pr *preparer) share(v *v1alpha1.Volume, field string) (Share, error) {
 		case !st.IsDir():
 			return Share{}, fieldErr(sh.Field, "claim %q: %s is not a directory", claim, sh.Dir)
 		}
+	case v.ContainerPath != nil:
+		sh.Field = field + ".containerPath.path"
+		sh.Dir = v.ContainerPath.Path
+		if err := containerMount(sh.Dir, pr.opts.MountInfo); err != nil {
+			return Share{}, &FieldError{Field: sh.Field, Err: err}
+		}
 	case kind != "":
 		sh.Field = field + "." + kind
 		if pr.opts.ConfigDir == "" {
@@ -67,7 +76,7 @@ func (pr *preparer) share(v *v1alpha1.Volume, field string) (Share, error) {
 			return Share{}, fieldErr(sh.Field, "the launcher Pod has no mount of volume %q at %s", v.Name, sh.Dir)
 		}
 	default:
-		return Share{}, fieldErr(field, "volume %q cannot be shared as a filesystem (only persistentVolumeClaim, configMap, secret, serviceAccount and downwardAPI)", v.Name)
+		return Share{}, fieldErr(field, "volume %q cannot be shared as a filesystem (only persistentVolumeClaim, configMap, secret, serviceAccount, downwardAPI and containerPath)", v.Name)
 	}
 	if sh.ReadOnly {
 		var st unix.Statfs_t
@@ -79,4 +88,57 @@ func (pr *preparer) share(v *v1alpha1.Volume, field string) (Share, error) {
 		}
 	}
 	return sh, nil
+}
+
+// DefaultMountInfo is where the launcher reads its container's mounts.
+const DefaultMountInfo = "/proc/self/mountinfo"
+
+// containerMount checks a containerPath: an existing directory, reached
+// without symlinks, that is a mount point of the launcher's container (a
+// volumeMount of its Pod, as KubeVirt requires), per mountinfo.
+func containerMount(dir, mountInfo string) error {
+	if mountInfo == "" {
+		mountInfo = DefaultMountInfo
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the launcher container has no %s: %w", dir, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err != nil || real != dir {
+		return fmt.Errorf("%s leads through a symlink (to %q): name the mount itself", dir, real)
+	}
+	data, err := os.ReadFile(mountInfo)
+	if err != nil {
+		return fmt.Errorf("reading the container's mounts: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID parentID major:minor root mountpoint options ...
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountInfo(f[4]) == dir {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a mount of the launcher container: a containerPath names a volumeMount of its Pod", dir)
+}
+
+// unescapeMountInfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountInfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

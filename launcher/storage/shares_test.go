@@ -94,3 +94,48 @@ func TestPrepareShareErrors(t *testing.T) {
 		t.Errorf("a config volume on a writable mount: %v", err)
 	}
 }
+
+// A containerPath is shared only when it names a mount of the launcher's
+// container itself: listed in its mountinfo, a directory, no symlink on the
+// way.
+func TestContainerMount(t *testing.T) {
+	root := t.TempDir()
+	mount := filepath.Join(root, "secrets", "eks token")
+	plain := filepath.Join(root, "plain")
+	link := filepath.Join(root, "link")
+	for _, d := range []string{mount, plain} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(mount, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info := filepath.Join(t.TempDir(), "mountinfo")
+	escaped := strings.ReplaceAll(mount, " ", `\040`)
+	lines := "22 1 0:21 / / rw,relatime - overlay overlay rw\n" +
+		"1510 22 0:95 / " + escaped + " ro,relatime - tmpfs tmpfs rw,size=1024k\n" +
+		"1511 22 0:95 / " + link + " ro,relatime - tmpfs tmpfs rw\n" +
+		"1512 22 0:96 / " + file + " ro,relatime - tmpfs tmpfs rw\n"
+	if err := os.WriteFile(info, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir, want string
+	}{
+		{mount, ""},
+		{plain, "is not a mount of the launcher container"},
+		{link, "leads through a symlink"},
+		{file, "is not a directory"},
+		{filepath.Join(root, "missing"), "has no"},
+	} {
+		err := containerMount(tc.dir, info)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.dir, err, tc.want)
+		}
+	}
+}

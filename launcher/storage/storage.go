@@ -138,6 +138,9 @@ type Options struct {
 	// serviceAccount, downwardAPI, sysprep) as the kubelet mounted them:
 	// <ConfigDir>/<volume name>/. "": no such volume can be used.
 	ConfigDir string
+	// MountInfo is the launcher container's mount table, which a
+	// containerPath must be a mount of ("" = DefaultMountInfo).
+	MountInfo string
 	// QemuImg is the qemu-img binary ("" = qemu-img from PATH).
 	QemuImg string
 }
