@@ -300,6 +300,9 @@ func runQEMU(t *testing.T, tc testCase, art testguest.Artifacts) {
 			t.Fatal(err)
 		}
 		t.Logf("ready %.1fs after exec (guest uptime %ss)", time.Since(start).Seconds(), ready.Field("uptime"))
+		if nativeIO(in) {
+			checkAIO(t, v.cmd.Process.Pid, true)
+		}
 		if check := checks[tc.name]; check != nil {
 			check(ctx, t, w, in)
 		}
@@ -448,7 +451,6 @@ func checkDiskTuning(ctx context.Context, t *testing.T, mon *qmp.Monitor, pid in
 	if err != nil {
 		t.Fatal(err)
 	}
-	native := false
 	for _, d := range in.VMI.Spec.Domain.Devices.Disks {
 		drv := in.Drives[d.Name]
 		mode := v1.DiskCache(&d, drv.DirectIO)
@@ -456,11 +458,6 @@ func checkDiskTuning(ctx context.Context, t *testing.T, mon *qmp.Monitor, pid in
 		if err != nil {
 			t.Fatal(err)
 		}
-		io := d.IO
-		if io == "" {
-			io = v1.DefaultDiskIO(mode, drv.Block, drv.Preallocated)
-		}
-		native = native || io == v1.IONative
 		for _, n := range []string{FileNodeName(d.Name), NodeName(d.Name)} {
 			found := false
 			for _, got := range nodes {
@@ -491,6 +488,33 @@ func checkDiskTuning(ctx context.Context, t *testing.T, mon *qmp.Monitor, pid in
 		}
 	}
 	checkIOThreads(ctx, t, mon, in)
+	if !nativeIO(in) {
+		checkAIO(t, pid, false) // a ring never comes
+	}
+}
+
+// nativeIO says whether some disk of in has io native (asked, or
+// KubeVirt's default for its file).
+func nativeIO(in Input) bool {
+	for _, d := range in.VMI.Spec.Domain.Devices.Disks {
+		drv := in.Drives[d.Name]
+		io := d.IO
+		if io == "" {
+			io = v1.DefaultDiskIO(v1.DiskCache(&d, drv.DirectIO), drv.Block, drv.Preallocated)
+		}
+		if io == v1.IONative {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAIO: QEMU has a Linux AIO ring ("[aio]" in its maps) exactly when
+// some disk has io native. QEMU 7.2 sets one up when it opens the disk;
+// QEMU 8 and later on the first request of each thread: a positive check
+// comes after the guest booted (and read every disk).
+func checkAIO(t *testing.T, pid int, native bool) {
+	t.Helper()
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		t.Fatal(err)
