@@ -20,6 +20,7 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/kube/cdi"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // Reasons of the VM's events and Failure condition about its
@@ -27,7 +28,7 @@ import (
 const (
 	ReasonDataVolumeCreated      = "SuccessfulDataVolumeCreate"
 	ReasonFailedDataVolumeCreate = "FailedDataVolumeCreate"
-	ReasonFailedDataVolumeImport = "FailedDataVolumeImport"
+	ReasonFailedDataVolumeImport = vmistatus.ReasonFailedDataVolumeImport
 	// ReasonDataVolumeConflict: a DataVolume of a template's name is
 	// controlled by another object.
 	ReasonDataVolumeConflict = "DataVolumeConflict"
@@ -179,7 +180,9 @@ func (c *Controller) cdiState() (installed, ready bool) {
 	return c.opts.DataVolumes.State()
 }
 
-// dataVolumeEvent queues the VM controlling a DataVolume.
+// dataVolumeEvent queues the VM controlling a DataVolume and the VMs
+// naming it: in a template (an orphan to adopt, or another's: a conflict)
+// or in a dataVolume volume (their printableStatus reads it).
 func (c *Controller) dataVolumeEvent(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -190,18 +193,49 @@ func (c *Controller) dataVolumeEvent(obj any) {
 	}
 	if ref := ownerOf(u.GetOwnerReferences()); ref != nil && ref.Kind == vmKind.Kind && ref.APIVersion == v1.APIVersion {
 		c.queue.Add(u.GetNamespace() + "/" + ref.Name)
-		return
 	}
-	// An orphan may be a template's: queue the VMs naming it.
 	vms, err := c.vmLister.VirtualMachines(u.GetNamespace()).List(labelsEverything)
 	if err != nil {
 		return
 	}
 	for _, vm := range vms {
-		if slices.ContainsFunc(vm.Spec.DataVolumeTemplates, func(t v1.DataVolumeTemplateSpec) bool { return t.Name == u.GetName() }) {
+		if namesDataVolume(vm, u.GetName()) {
 			c.enqueue(vm)
 		}
 	}
+}
+
+// namesDataVolume says whether the VM has a dataVolumeTemplate or a
+// template dataVolume volume of that name.
+func namesDataVolume(vm *v1.VirtualMachine, name string) bool {
+	if slices.ContainsFunc(vm.Spec.DataVolumeTemplates, func(t v1.DataVolumeTemplateSpec) bool { return t.Name == name }) {
+		return true
+	}
+	return vm.Spec.Template != nil && slices.ContainsFunc(vm.Spec.Template.Spec.Volumes, func(v v1.Volume) bool {
+		return v.DataVolume != nil && v.DataVolume.Name == name
+	})
+}
+
+// templateDataVolumes returns the DataVolumes of the template's dataVolume
+// volumes that the cache holds (none while CDI's API is not installed or
+// its cache has not synced), for the VM's printableStatus.
+func (c *Controller) templateDataVolumes(vm *v1.VirtualMachine) []*cdi.DataVolume {
+	if c.opts.DataVolumes == nil || vm.Spec.Template == nil {
+		return nil
+	}
+	if installed, ready := c.opts.DataVolumes.State(); !installed || !ready {
+		return nil
+	}
+	var out []*cdi.DataVolume
+	for _, vol := range vm.Spec.Template.Spec.Volumes {
+		if vol.DataVolume == nil {
+			continue
+		}
+		if dv, found, err := c.opts.DataVolumes.Get(vm.Namespace, vol.DataVolume.Name); err == nil && found {
+			out = append(out, dv)
+		}
+	}
+	return out
 }
 
 var labelsEverything = labels.Everything()
