@@ -61,34 +61,82 @@ func (c *Controller) dataVolumesReady(ctx context.Context, key string, vm *v1.Vi
 			return false, nil, fmt.Errorf("reading DataVolume %s/%s: %w", vm.Namespace, t.Name, err)
 		}
 		if !found {
-			ready = false
+			dv = nil
+		}
+		d := decideTemplate(vm, dv)
+		switch d.action {
+		case dvCreate:
 			if serr := c.createDataVolume(ctx, vm, t); serr != nil {
 				return false, serr, nil
 			}
-			continue
-		}
-		ref := ownerOf(dv.OwnerReferences)
-		switch {
-		case ref != nil && ref.UID == vm.UID:
-		case ref != nil:
-			msg := fmt.Sprintf("DataVolume %s/%s is controlled by %s %s, not by this VM", dv.Namespace, dv.Name, ref.Kind, ref.Name)
-			c.recorder.Event(vm, corev1.EventTypeWarning, ReasonDataVolumeConflict, msg)
-			return false, &syncError{ReasonDataVolumeConflict, msg}, nil
-		default:
+		case dvConflict:
+			c.recorder.Event(vm, corev1.EventTypeWarning, ReasonDataVolumeConflict, d.conflict)
+			return false, &syncError{ReasonDataVolumeConflict, d.conflict}, nil
+		case dvAdopt:
 			if err := c.adoptDataVolume(ctx, vm, dv); err != nil {
 				return false, nil, err
 			}
 		}
-		switch dv.Phase {
-		case cdi.PhaseSucceeded, cdi.PhasePendingPopulation, cdi.PhaseWaitForFirstConsumer:
-		case cdi.PhaseFailed:
-			ready = false
+		if d.failed {
 			c.recorder.Eventf(vm, corev1.EventTypeWarning, ReasonFailedDataVolumeImport, "%s", dv.FailureMessage())
-		default:
-			ready = false
 		}
+		ready = ready && d.ready
 	}
 	return ready, nil, nil
+}
+
+// dvAction is what the VM controller does with a template's DataVolume.
+type dvAction int
+
+const (
+	// dvOwned: the VM controls it; nothing to do.
+	dvOwned dvAction = iota
+	// dvCreate: there is none; create it.
+	dvCreate
+	// dvAdopt: an orphan of the template's name; the VM becomes its
+	// controller.
+	dvAdopt
+	// dvConflict: another object controls it; the VM reports it and
+	// waits.
+	dvConflict
+)
+
+// templateDecision is decideTemplate's answer.
+type templateDecision struct {
+	action dvAction
+	// ready: the DataVolume lets a VMI be created (Succeeded,
+	// PendingPopulation or WaitForFirstConsumer).
+	ready bool
+	// failed: the DataVolume is Failed.
+	failed bool
+	// conflict says who controls it (dvConflict).
+	conflict string
+}
+
+// decideTemplate decides on the DataVolume of one of the VM's templates,
+// dv as the cache holds it (nil: none), as KubeVirt's handleDataVolumes
+// does.
+func decideTemplate(vm *v1.VirtualMachine, dv *cdi.DataVolume) templateDecision {
+	if dv == nil {
+		return templateDecision{action: dvCreate}
+	}
+	var d templateDecision
+	switch ref := ownerOf(dv.OwnerReferences); {
+	case ref != nil && ref.UID == vm.UID:
+		d.action = dvOwned
+	case ref != nil:
+		return templateDecision{action: dvConflict,
+			conflict: fmt.Sprintf("DataVolume %s/%s is controlled by %s %s, not by this VM", dv.Namespace, dv.Name, ref.Kind, ref.Name)}
+	default:
+		d.action = dvAdopt
+	}
+	switch dv.Phase {
+	case cdi.PhaseSucceeded, cdi.PhasePendingPopulation, cdi.PhaseWaitForFirstConsumer:
+		d.ready = true
+	case cdi.PhaseFailed:
+		d.failed = true
+	}
+	return d
 }
 
 func ownerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {
