@@ -17,6 +17,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/controller/template"
 	"github.com/kemu-dev/kemu/kube/cdi"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -288,9 +289,11 @@ func TestDataVolumeWithoutCDI(t *testing.T) {
 }
 
 // TestCDIInstalledLater: CDI's API installed after the controller started
-// is found by discovery's re-check, and a VMI waiting for its claim to
-// bind proceeds once the claim's DataVolume has Succeeded (CDI's rules:
-// the DataVolume, not the claim's phase).
+// is found by discovery's re-check, and a VMI waiting (without CDI) for its
+// claim to bind proceeds with nothing else changed: under CDI's rules
+// (KubeVirt's, CDI's IsSucceededOrPendingPopulation) a claim no DataVolume
+// controls is taken as populated. Only the re-check's OnChange can have
+// requeued it.
 func TestCDIInstalledLater(t *testing.T) {
 	withoutCRD(t)
 	ns := newNamespace(t, "dv-later")
@@ -299,19 +302,64 @@ func TestCDIInstalledLater(t *testing.T) {
 	createVMI(t, ns, dvVMI("vm1", "disk"))
 	waitVMI(t, ns, "vm1", "DataVolumesReady False", dvCondition(corev1.ConditionFalse,
 		v1.VirtualMachineInstanceReasonNotAllDVsReady, "PersistentVolumeClaim disk (volume root) is Pending"))
+	noLauncherPodFor(t, ns, 2*time.Second)
 
 	withCRD(t)
-	dv := createDV(t, ns, "disk", cluster.DataVolumeStatus{Phase: string(cdi.PhaseWaitForFirstConsumer)})
-	// CDI adopts the claim of its DataVolume's name (allowClaimAdoption).
-	pvc, err := admin.kube.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "disk", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	yes := true
-	pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: dv.GetAPIVersion(), Kind: dv.GetKind(), Name: dv.GetName(),
-		UID: dv.GetUID(), Controller: &yes}}
-	if _, err := admin.kube.CoreV1().PersistentVolumeClaims(ns).Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	waitPodWithin(t, ns, "vm1", cdiRecheck+prompt)
+}
+
+// TestDataVolumeClaimAppears: with CDI's API, a VMI whose DataVolume and
+// claim do not exist yet is Synchronized False with KubeVirt's
+// FailedPvcNotFound (the VM's ErrorPvcNotFound); once CDI's DataVolume and
+// its claim appear and the DataVolume Succeeded, the Pod is created and the
+// reason cleared.
+func TestDataVolumeClaimAppears(t *testing.T) {
+	withCRD(t)
+	ns := newNamespace(t, "dv-appears")
+	startDVController(t, ns)
+	createVMI(t, ns, dvVMI("vm1", "disk"))
+	vmi := waitVMI(t, ns, "vm1", "Synchronized False, FailedPvcNotFound", func(v *v1.VirtualMachineInstance) bool {
+		c := condition(v, v1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == vmistatus.ReasonPVCNotFound &&
+			strings.Contains(c.Message, `PersistentVolumeClaim "disk" (volume "root") not found, waiting for it to appear`)
+	})
+	if c := condition(vmi, v1.VirtualMachineInstanceDataVolumesReady); c == nil || c.Status != corev1.ConditionFalse {
+		t.Errorf("DataVolumesReady %+v while the claim is missing", c)
+	}
+
+	dv := createDV(t, ns, "disk", cluster.DataVolumeStatus{Phase: string(cdi.PhaseImportInProgress)})
+	staticClaim(t, ns, "disk", dv)
+	waitVMI(t, ns, "vm1", "DataVolumesReady False, importing", dvCondition(corev1.ConditionFalse,
+		v1.VirtualMachineInstanceReasonNotAllDVsReady, "ImportInProgress"))
+	bindClaim(t, ns, "disk")
+	setDVStatus(t, ns, "disk", cluster.DataVolumeStatus{Phase: string(cdi.PhaseSucceeded)})
+	vmi = waitPodWithin(t, ns, "vm1", prompt)
+	if c := condition(vmi, v1.VirtualMachineInstanceSynchronized); c != nil {
+		t.Errorf("Synchronized kept with the Pod created: %+v", c)
+	}
+}
+
+// TestCDIRemoved: CDI's API going away while a VMI waits for an importing
+// DataVolume switches the VMI to the rules without CDI (its claim must be
+// Bound), found by discovery's re-check; the claim bound, the Pod comes.
+func TestCDIRemoved(t *testing.T) {
+	if err := shared.InstallDataVolumeCRD(); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t, "dv-removed")
+	dv := createDV(t, ns, "disk", cluster.DataVolumeStatus{Phase: string(cdi.PhaseImportInProgress)})
+	staticClaim(t, ns, "disk", dv)
+	startDVController(t, ns)
+	createVMI(t, ns, dvVMI("vm1", "disk"))
+	waitVMI(t, ns, "vm1", "DataVolumesReady False, importing", dvCondition(corev1.ConditionFalse,
+		v1.VirtualMachineInstanceReasonNotAllDVsReady, "ImportInProgress"))
+
+	withoutCRD(t)
+	waitVMI(t, ns, "vm1", "DataVolumesReady False, claim Pending", dvCondition(corev1.ConditionFalse,
+		v1.VirtualMachineInstanceReasonNotAllDVsReady, "PersistentVolumeClaim disk (volume root) is Pending"))
+	if pods := launcherPods(t, ns); len(pods) != 0 {
+		t.Fatalf("%d launcher Pods for an unbound claim", len(pods))
+	}
+	bindClaim(t, ns, "disk")
+	waitPodWithin(t, ns, "vm1", prompt)
 }
