@@ -67,16 +67,25 @@ func (l *Launcher) dialQMP(ctx context.Context) (*qmp.Monitor, error) {
 	}()
 	m, err := qmp.Dial(ctx, l.paths.QMP)
 	if err != nil {
+		// QEMU failing at start (a disk it cannot open) resets the monitor
+		// connection before its exit is reaped: wait a moment for the
+		// exit, so the error carries QEMU's own words.
+		grace := time.NewTimer(qemuExitGrace)
+		defer grace.Stop()
 		select {
 		case <-l.exited:
 			out := l.stderr.String()
 			return nil, fmt.Errorf("launcher: QEMU exited at start (%v): %s%s", l.exitErr, out, permissionHint(out))
-		default:
+		case <-grace.C:
 		}
 		return nil, fmt.Errorf("launcher: QMP: %w", err)
 	}
 	return m, nil
 }
+
+// qemuExitGrace: how long a failed monitor connection waits for QEMU's
+// exit to be reaped.
+const qemuExitGrace = 2 * time.Second
 
 // followEvents feeds QMP events to the state machine.
 func (l *Launcher) followEvents() {

@@ -138,6 +138,7 @@ const (
 	VirtualMachineStatusImagePullBackOff  VirtualMachinePrintableStatus = "ImagePullBackOff"
 	VirtualMachineStatusPvcNotFound       VirtualMachinePrintableStatus = "ErrorPvcNotFound"
 	VirtualMachineStatusWaitingForVolumes VirtualMachinePrintableStatus = "WaitingForVolumeBinding"
+	VirtualMachineStatusDataVolumeError   VirtualMachinePrintableStatus = "DataVolumeError"
 )
 
 // VirtualMachineStatus is the observed state of a VirtualMachine.

@@ -25,6 +25,7 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/apiserver/admission"
 	"github.com/kemu-dev/kemu/apiserver/admission/admissiontest"
+	"github.com/kemu-dev/kemu/kube/cdi"
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
@@ -90,7 +91,10 @@ func TestAdmissionOnKubeAPIServer(t *testing.T) {
 	}
 
 	mux := http.NewServeMux()
-	for path, h := range admission.Handlers(admission.Config{}) {
+	// CDI's installation is asked on every VM (TTL 0): the DataVolume case
+	// installs the DataVolume CRD in the middle.
+	cdiProbe := &cdi.Probe{Discovery: kc.Discovery()}
+	for path, h := range admission.Handlers(admission.Config{CDIInstalled: cdiProbe.Installed}) {
 		mux.Handle(path, h)
 	}
 	srv := httptest.NewTLSServer(mux) // 127.0.0.1, a certificate for it
@@ -200,6 +204,45 @@ func TestAdmissionOnKubeAPIServer(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("a VM with dataVolumeTemplates needs CDI's API", func(t *testing.T) {
+		// CDI's real CRD is not available offline: a minimal stand-in
+		// (test/cluster.InstallDataVolumeCRD) makes discovery serve
+		// DataVolumes.
+		const vm = `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachine
+metadata: {name: dv, namespace: ` + ns + `}
+spec:
+  runStrategy: Always
+  dataVolumeTemplates:
+  - metadata: {name: dv-root}
+    spec: {source: {blank: {}}, storage: {resources: {requests: {storage: 1Gi}}}}
+  template:
+    spec:
+      domain:
+        memory: {guest: 128Mi}
+        devices: {disks: [{name: root}]}
+      volumes: [{name: root, dataVolume: {name: dv-root}}]
+`
+		_, stderr, err := c.KubectlInput(vm, "apply", "--dry-run=server", "-f", "-")
+		if err == nil || !strings.Contains(stderr, "spec.dataVolumeTemplates: Forbidden") ||
+			!strings.Contains(stderr, "cdi.kubevirt.io/v1beta1 datavolumes") {
+			t.Errorf("without CDI: err %v: %s", err, stderr)
+		}
+		if err := c.InstallDataVolumeCRD(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := c.RemoveDataVolumeCRD(); err != nil {
+				t.Error(err)
+			}
+		}()
+		// Discovery serves the new group once the CRD is Established.
+		poll(t, 30*time.Second, func() (bool, string) {
+			_, stderr, err := c.KubectlInput(vm, "apply", "--dry-run=server", "-f", "-")
+			return err == nil, stderr
+		})
 	})
 
 	t.Run("webhooks unreachable: creates are refused", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/kube/cdi"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // Reasons of the VM's events and Failure condition about its
@@ -27,7 +28,7 @@ import (
 const (
 	ReasonDataVolumeCreated      = "SuccessfulDataVolumeCreate"
 	ReasonFailedDataVolumeCreate = "FailedDataVolumeCreate"
-	ReasonFailedDataVolumeImport = "FailedDataVolumeImport"
+	ReasonFailedDataVolumeImport = vmistatus.ReasonFailedDataVolumeImport
 	// ReasonDataVolumeConflict: a DataVolume of a template's name is
 	// controlled by another object.
 	ReasonDataVolumeConflict = "DataVolumeConflict"
@@ -60,34 +61,82 @@ func (c *Controller) dataVolumesReady(ctx context.Context, key string, vm *v1.Vi
 			return false, nil, fmt.Errorf("reading DataVolume %s/%s: %w", vm.Namespace, t.Name, err)
 		}
 		if !found {
-			ready = false
+			dv = nil
+		}
+		d := decideTemplate(vm, dv)
+		switch d.action {
+		case dvCreate:
 			if serr := c.createDataVolume(ctx, vm, t); serr != nil {
 				return false, serr, nil
 			}
-			continue
-		}
-		ref := ownerOf(dv.OwnerReferences)
-		switch {
-		case ref != nil && ref.UID == vm.UID:
-		case ref != nil:
-			msg := fmt.Sprintf("DataVolume %s/%s is controlled by %s %s, not by this VM", dv.Namespace, dv.Name, ref.Kind, ref.Name)
-			c.recorder.Event(vm, corev1.EventTypeWarning, ReasonDataVolumeConflict, msg)
-			return false, &syncError{ReasonDataVolumeConflict, msg}, nil
-		default:
+		case dvConflict:
+			c.recorder.Event(vm, corev1.EventTypeWarning, ReasonDataVolumeConflict, d.conflict)
+			return false, &syncError{ReasonDataVolumeConflict, d.conflict}, nil
+		case dvAdopt:
 			if err := c.adoptDataVolume(ctx, vm, dv); err != nil {
 				return false, nil, err
 			}
 		}
-		switch dv.Phase {
-		case cdi.PhaseSucceeded, cdi.PhasePendingPopulation, cdi.PhaseWaitForFirstConsumer:
-		case cdi.PhaseFailed:
-			ready = false
+		if d.failed {
 			c.recorder.Eventf(vm, corev1.EventTypeWarning, ReasonFailedDataVolumeImport, "%s", dv.FailureMessage())
-		default:
-			ready = false
 		}
+		ready = ready && d.ready
 	}
 	return ready, nil, nil
+}
+
+// dvAction is what the VM controller does with a template's DataVolume.
+type dvAction int
+
+const (
+	// dvOwned: the VM controls it; nothing to do.
+	dvOwned dvAction = iota
+	// dvCreate: there is none; create it.
+	dvCreate
+	// dvAdopt: an orphan of the template's name; the VM becomes its
+	// controller.
+	dvAdopt
+	// dvConflict: another object controls it; the VM reports it and
+	// waits.
+	dvConflict
+)
+
+// templateDecision is decideTemplate's answer.
+type templateDecision struct {
+	action dvAction
+	// ready: the DataVolume lets a VMI be created (Succeeded,
+	// PendingPopulation or WaitForFirstConsumer).
+	ready bool
+	// failed: the DataVolume is Failed.
+	failed bool
+	// conflict says who controls it (dvConflict).
+	conflict string
+}
+
+// decideTemplate decides on the DataVolume of one of the VM's templates,
+// dv as the cache holds it (nil: none), as KubeVirt's handleDataVolumes
+// does.
+func decideTemplate(vm *v1.VirtualMachine, dv *cdi.DataVolume) templateDecision {
+	if dv == nil {
+		return templateDecision{action: dvCreate}
+	}
+	var d templateDecision
+	switch ref := ownerOf(dv.OwnerReferences); {
+	case ref != nil && ref.UID == vm.UID:
+		d.action = dvOwned
+	case ref != nil:
+		return templateDecision{action: dvConflict,
+			conflict: fmt.Sprintf("DataVolume %s/%s is controlled by %s %s, not by this VM", dv.Namespace, dv.Name, ref.Kind, ref.Name)}
+	default:
+		d.action = dvAdopt
+	}
+	switch dv.Phase {
+	case cdi.PhaseSucceeded, cdi.PhasePendingPopulation, cdi.PhaseWaitForFirstConsumer:
+		d.ready = true
+	case cdi.PhaseFailed:
+		d.failed = true
+	}
+	return d
 }
 
 func ownerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {
@@ -179,7 +228,9 @@ func (c *Controller) cdiState() (installed, ready bool) {
 	return c.opts.DataVolumes.State()
 }
 
-// dataVolumeEvent queues the VM controlling a DataVolume.
+// dataVolumeEvent queues the VM controlling a DataVolume and the VMs
+// naming it: in a template (an orphan to adopt, or another's: a conflict)
+// or in a dataVolume volume (their printableStatus reads it).
 func (c *Controller) dataVolumeEvent(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -190,18 +241,49 @@ func (c *Controller) dataVolumeEvent(obj any) {
 	}
 	if ref := ownerOf(u.GetOwnerReferences()); ref != nil && ref.Kind == vmKind.Kind && ref.APIVersion == v1.APIVersion {
 		c.queue.Add(u.GetNamespace() + "/" + ref.Name)
-		return
 	}
-	// An orphan may be a template's: queue the VMs naming it.
 	vms, err := c.vmLister.VirtualMachines(u.GetNamespace()).List(labelsEverything)
 	if err != nil {
 		return
 	}
 	for _, vm := range vms {
-		if slices.ContainsFunc(vm.Spec.DataVolumeTemplates, func(t v1.DataVolumeTemplateSpec) bool { return t.Name == u.GetName() }) {
+		if namesDataVolume(vm, u.GetName()) {
 			c.enqueue(vm)
 		}
 	}
+}
+
+// namesDataVolume says whether the VM has a dataVolumeTemplate or a
+// template dataVolume volume of that name.
+func namesDataVolume(vm *v1.VirtualMachine, name string) bool {
+	if slices.ContainsFunc(vm.Spec.DataVolumeTemplates, func(t v1.DataVolumeTemplateSpec) bool { return t.Name == name }) {
+		return true
+	}
+	return vm.Spec.Template != nil && slices.ContainsFunc(vm.Spec.Template.Spec.Volumes, func(v v1.Volume) bool {
+		return v.DataVolume != nil && v.DataVolume.Name == name
+	})
+}
+
+// templateDataVolumes returns the DataVolumes of the template's dataVolume
+// volumes that the cache holds (none while CDI's API is not installed or
+// its cache has not synced), for the VM's printableStatus.
+func (c *Controller) templateDataVolumes(vm *v1.VirtualMachine) []*cdi.DataVolume {
+	if c.opts.DataVolumes == nil || vm.Spec.Template == nil {
+		return nil
+	}
+	if installed, ready := c.opts.DataVolumes.State(); !installed || !ready {
+		return nil
+	}
+	var out []*cdi.DataVolume
+	for _, vol := range vm.Spec.Template.Spec.Volumes {
+		if vol.DataVolume == nil {
+			continue
+		}
+		if dv, found, err := c.opts.DataVolumes.Get(vm.Namespace, vol.DataVolume.Name); err == nil && found {
+			out = append(out, dv)
+		}
+	}
+	return out
 }
 
 var labelsEverything = labels.Everything()

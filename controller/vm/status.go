@@ -1,10 +1,13 @@
 package vm
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/cdi"
 	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
@@ -16,7 +19,6 @@ const (
 	reasonUnschedulable    = "Unschedulable"
 	reasonErrImagePull     = "ErrImagePull"
 	reasonImagePullBackOff = "ImagePullBackOff"
-	reasonPvcNotFound      = "FailedPvcNotFound"
 )
 
 // Reasons of the VM's Failure condition and events.
@@ -47,8 +49,11 @@ type statusInput struct {
 	// observed.
 	startPending, stopPending bool
 	failure                   *StartFailure
-	syncErr                   *syncError
-	now                       metav1.Time
+	// dataVolumes are the DataVolumes of the template's dataVolume volumes
+	// found in the cache (none without CDI).
+	dataVolumes []*cdi.DataVolume
+	syncErr     *syncError
+	now         metav1.Time
 }
 
 // computeStatus derives the VM's new status.
@@ -112,10 +117,14 @@ func printableStatus(in statusInput) v1.VirtualMachinePrintableStatus {
 		return v1.VirtualMachineStatusPaused
 	case running:
 		return v1.VirtualMachineStatusRunning
-	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonPvcNotFound):
+	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, vmistatus.ReasonPVCNotFound):
 		return v1.VirtualMachineStatusPvcNotFound
+	case slices.ContainsFunc(in.dataVolumes, (*cdi.DataVolume).HasError):
+		return v1.VirtualMachineStatusDataVolumeError
 	case vmistatus.HasCondition(vmi, vmiPodScheduled, corev1.ConditionFalse, reasonUnschedulable):
 		return v1.VirtualMachineStatusUnschedulable
+	case slices.ContainsFunc(in.dataVolumes, (*cdi.DataVolume).Provisioning):
+		return v1.VirtualMachineStatusProvisioning
 	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonErrImagePull):
 		return v1.VirtualMachineStatusErrImagePull
 	case vmistatus.HasCondition(vmi, v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonImagePullBackOff):

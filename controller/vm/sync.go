@@ -263,7 +263,8 @@ func (c *Controller) updateStatus(ctx context.Context, key string, vm *v1.Virtua
 	_, err := status.Update(ctx, c.kemu.KemuV1alpha1().VirtualMachines(vm.Namespace), vm, func(vm *v1.VirtualMachine) {
 		creations, deletions := c.expectations.Pending(key)
 		st := computeStatus(statusInput{vm: vm, rs: runStrategyOf(vm), vmi: vmi, startPending: creations > 0,
-			stopPending: deletions > 0, failure: StartFailureOf(vm), syncErr: syncErr, now: metav1.NewTime(c.opts.Now())})
+			stopPending: deletions > 0, failure: StartFailureOf(vm), syncErr: syncErr, now: metav1.NewTime(c.opts.Now()),
+			dataVolumes: c.templateDataVolumes(vm)})
 		st.StartFailure = vm.Status.StartFailure // written by reconcile, kept here
 		vm.Status = st
 	})

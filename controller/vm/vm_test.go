@@ -9,7 +9,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/cdi"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
+
+func dvIn(phase cdi.Phase) *cdi.DataVolume { return &cdi.DataVolume{Name: "d", Phase: phase} }
+
+func withDVCond(dv *cdi.DataVolume, c cdi.Condition) *cdi.DataVolume {
+	dv.Conditions = append(dv.Conditions, c)
+	return dv
+}
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -223,7 +232,28 @@ func TestPrintableStatus(t *testing.T) {
 		{"image pull back-off", statusInput{rs: Always, vmi: withConds(vmiIn("a", v1.Scheduled, false),
 			cond(v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "ImagePullBackOff"))}, v1.VirtualMachineStatusImagePullBackOff, false, true},
 		{"pvc missing", statusInput{rs: Always, vmi: withConds(vmiIn("a", v1.Scheduling, false),
-			cond(v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "FailedPvcNotFound"))}, v1.VirtualMachineStatusPvcNotFound, false, true},
+			cond(v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, vmistatus.ReasonPVCNotFound))}, v1.VirtualMachineStatusPvcNotFound, false, true},
+		{"DataVolume importing", statusInput{rs: Always, dataVolumes: []*cdi.DataVolume{dvIn(cdi.PhaseImportInProgress)}},
+			v1.VirtualMachineStatusProvisioning, false, false},
+		{"DataVolume without a phase yet", statusInput{rs: Always, dataVolumes: []*cdi.DataVolume{dvIn("")}},
+			v1.VirtualMachineStatusProvisioning, false, false},
+		{"DataVolume failed", statusInput{rs: Always, dataVolumes: []*cdi.DataVolume{dvIn(cdi.PhaseSucceeded), dvIn(cdi.PhaseFailed)}},
+			v1.VirtualMachineStatusDataVolumeError, false, false},
+		{"DataVolume importer stopped on an error", statusInput{rs: Always, dataVolumes: []*cdi.DataVolume{
+			withDVCond(dvIn(cdi.PhaseImportInProgress), cdi.Condition{Type: cdi.ConditionRunning, Status: "False", Reason: "ImagePullFailed"})}},
+			v1.VirtualMachineStatusDataVolumeError, false, false},
+		{"DataVolume waits for its first consumer", statusInput{rs: Always, startPending: true,
+			dataVolumes: []*cdi.DataVolume{dvIn(cdi.PhaseWaitForFirstConsumer)}}, v1.VirtualMachineStatusStarting, false, false},
+		{"DataVolume bound, WaitForFirstConsumer", statusInput{rs: Always, dataVolumes: []*cdi.DataVolume{
+			withDVCond(dvIn(cdi.PhaseWaitForFirstConsumer), cdi.Condition{Type: cdi.ConditionBound, Status: "True"})}},
+			v1.VirtualMachineStatusProvisioning, false, false},
+		{"DataVolume succeeded, running", statusInput{rs: Always, vmi: vmiIn("a", v1.Running, true),
+			dataVolumes: []*cdi.DataVolume{dvIn(cdi.PhaseSucceeded)}}, v1.VirtualMachineStatusRunning, false, true},
+		{"DataVolume failed while running", statusInput{rs: Always, vmi: vmiIn("a", v1.Running, true),
+			dataVolumes: []*cdi.DataVolume{dvIn(cdi.PhaseFailed)}}, v1.VirtualMachineStatusRunning, false, true},
+		{"pvc missing beats a DataVolume error", statusInput{rs: Always, vmi: withConds(vmiIn("a", v1.Pending, false),
+			cond(v1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, vmistatus.ReasonPVCNotFound)),
+			dataVolumes: []*cdi.DataVolume{dvIn(cdi.PhaseFailed)}}, v1.VirtualMachineStatusPvcNotFound, false, true},
 		{"crash loop, no VMI", statusInput{rs: Always, failure: backingOff}, v1.VirtualMachineStatusCrashLoopBackOff, false, false},
 		{"crash loop, failed VMI", statusInput{rs: Always, failure: backingOff, vmi: vmiIn("a", v1.Failed, false), stopPending: true},
 			v1.VirtualMachineStatusCrashLoopBackOff, false, true},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -185,6 +186,15 @@ func startControllerQPS(t testing.TB, namespace string, w *writeCounter, qps flo
 // startControllerWith is startControllerQPS with the template's options.
 func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps float32, opts template.Options) *running {
 	t.Helper()
+	return startControllerCDI(t, namespace, w, qps, opts, 0)
+}
+
+// startControllerCDI is startControllerWith with, when cdiRecheck > 0, a
+// DataVolume Watcher (as kemu-controller runs) asking discovery every
+// cdiRecheck.
+func startControllerCDI(t testing.TB, namespace string, w *writeCounter, qps float32, opts template.Options,
+	cdiRecheck time.Duration) *running {
+	t.Helper()
 	if w == nil {
 		w = &writeCounter{}
 	}
@@ -198,6 +208,9 @@ func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps fl
 		t.Fatal(err)
 	}
 	inf := controller.NewInformers(cl.kube, cl.kemu, namespace, 0)
+	if cdiRecheck > 0 {
+		inf.WatchDataVolumes(cl.kube, dynamic.NewForConfigOrDie(cfg), cdiRecheck)
+	}
 	c, err := New(Config{
 		KubeClient: cl.kube, KemuClient: cl.kemu,
 		VMIInformer:  inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),
@@ -206,6 +219,7 @@ func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps fl
 		PVCInformer:  inf.Kube.Core().V1().PersistentVolumeClaims(),
 		Template:     template.NewService(opts),
 		Recorder:     recorder,
+		DataVolumes:  inf.DataVolumes,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,10 +16,12 @@ import (
 const (
 	ReasonInvalidSpec  = "InvalidSpec"
 	ReasonFailedCreate = "FailedCreate"
-	ReasonPVCNotFound  = "PVCNotFound"
+	// ReasonPVCNotFound (KubeVirt's FailedPvcNotFound): a claim the VMI
+	// uses does not exist; the VM shows ErrorPvcNotFound.
+	ReasonPVCNotFound = vmistatus.ReasonPVCNotFound
 	// ReasonFailedDataVolumeImport (KubeVirt's): a DataVolume the VMI
 	// uses is Failed; the VMI fails before its launcher Pod is created.
-	ReasonFailedDataVolumeImport = "FailedDataVolumeImport"
+	ReasonFailedDataVolumeImport = vmistatus.ReasonFailedDataVolumeImport
 	ReasonPodVanished            = "PodVanished"
 	ReasonPodFailed              = "PodFailed"
 	ReasonPodSucceeded           = "PodSucceeded"

@@ -51,10 +51,12 @@ const (
 )
 
 // ConditionReady is a DataVolume's Ready condition type; ConditionRunning
-// carries an importer's failure reason.
+// carries an importer's failure reason; ConditionBound says whether its
+// claim is bound.
 const (
 	ConditionReady   = "Ready"
 	ConditionRunning = "Running"
+	ConditionBound   = "Bound"
 )
 
 // AllowClaimAdoptionAnnotation lets CDI adopt an existing PVC of the
@@ -97,6 +99,29 @@ func (d *DataVolume) FailureMessage() string {
 		}
 	}
 	return fmt.Sprintf("DataVolume %s failed", d.Name)
+}
+
+// HasError says whether the DataVolume failed or its importer stopped on
+// an error (KubeVirt's HasDataVolumeErrors: phase Failed, or Running False
+// with reason Error or ImagePullFailed).
+func (d *DataVolume) HasError() bool {
+	if d.Phase == PhaseFailed {
+		return true
+	}
+	c, ok := d.Condition(ConditionRunning)
+	return ok && c.Status == "False" && (c.Reason == "Error" || c.Reason == "ImagePullFailed")
+}
+
+// Provisioning says whether the DataVolume is still being populated
+// (KubeVirt's HasDataVolumeProvisioning): not Succeeded or
+// PendingPopulation, and not waiting for its first consumer with an
+// unbound claim.
+func (d *DataVolume) Provisioning() bool {
+	if d.Phase == PhaseSucceeded || d.Phase == PhasePendingPopulation {
+		return false
+	}
+	bound, ok := d.Condition(ConditionBound)
+	return (ok && bound.Status == "True") || d.Phase != PhaseWaitForFirstConsumer
 }
 
 // FromUnstructured reads a DataVolume object.
