@@ -32,7 +32,7 @@ func TestDialQMPReportsQEMUExit(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			l := &Launcher{exited: make(chan struct{}), stderr: newTailBuffer(20)}
+			l := &Launcher{exited: make(chan struct{}), stderr: newTailBuffer(20, "QEMU")}
 			l.paths.QMP = sock
 			go func() {
 				c, err := ln.Accept()
