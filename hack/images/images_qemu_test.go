@@ -132,7 +132,17 @@ func chroot(t testing.TB, root string, timeout time.Duration, argv ...string) (s
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "chroot", append([]string{root}, argv...)...)
+	// With a /proc of its own, as in a container (virtiofsd reads
+	// /proc/sys/fs/file-max even for --version), in a private mount
+	// namespace that ends with the command.
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	chrootBin, err := exec.LookPath("chroot") // PATH below is the image's
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "unshare", append([]string{"--mount", "--fork", "--mount-proc=" + filepath.Join(root, "proc"), chrootBin, root}, argv...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
