@@ -20,7 +20,15 @@ func TestInstancetypesOverlayApplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, err := shared.Kubectl("apply", "-k", filepath.Join(root, "deploy", "instancetypes"))
+	dir := filepath.Join(root, "deploy", "instancetypes")
+	// The objects are cluster-wide: other tests of the shared cluster
+	// create some of the same names (api/manifest's testdata).
+	t.Cleanup(func() {
+		if _, stderr, err := shared.Kubectl("delete", "-k", dir, "--ignore-not-found", "--wait"); err != nil {
+			t.Errorf("kubectl delete -k deploy/instancetypes: %v\n%s", err, stderr)
+		}
+	})
+	out, stderr, err := shared.Kubectl("apply", "-k", dir)
 	if err != nil {
 		t.Fatalf("kubectl apply -k deploy/instancetypes: %v\n%s%s", err, out, stderr)
 	}
