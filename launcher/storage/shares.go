@@ -23,7 +23,7 @@ type Share struct {
 	// Dir is the shared directory: a file-system claim's mount
 	// <PVCRoot>/<claimName> (not its disk.img), a config volume's
 	// <ConfigDir>/<volume> (with the kubelet's ..data symlinks: an update
-	// swaps them, and the guest sees it).
+	// swaps them, and the guest sees it), a containerPath's mount.
 	Dir string
 	// ReadOnly: the guest must not write it (config kinds, readOnly
 	// claims). Dir is then on a read-only mount: the launcher Pod mounts
