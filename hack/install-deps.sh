@@ -12,6 +12,7 @@ APT_PACKAGES=(
 	socat iproute2 git make gcc libc6-dev     # tooling, go test -race needs cgo
 	binutils                                  # as, ld: the KVM probe guests (devices/kvm/guest)
 	shellcheck                                # make lint: actionlint's and action.yml's shell steps
+	passt swtpm swtpm-tools                   # the passt network binding and the emulated TPM (swtpm)
 	debootstrap                               # make test-qemu-distro: the Debian 13 root with QEMU 10.x
 	protobuf-compiler                         # protoc, for the launcher's command server API
 	runc containernetworking-plugins iptables # test/cluster's node (runc under make k8s's containerd 2.x, CNI bridge)

@@ -43,6 +43,9 @@ MODULES=(
 	button evdev
 	isofs vfat nls_cp437 nls_ascii nls_utf8 nls_iso8859-1
 	fuse virtiofs
+	i6300esb tpm_tis tpm_crb
+	vmw_vsock_virtio_transport virtio_input
+	xhci_pci usbhid hid_generic
 )
 
 # Disk layout: MBR, one bootable FAT16 partition at 1 MiB.
