@@ -48,6 +48,7 @@ var (
 func ValidateVirtualMachineInstance(vmi *v1.VirtualMachineInstance) field.ErrorList {
 	allErrs := Unsupported(vmi, nil)
 	allErrs = append(allErrs, validateObjectMeta(&vmi.ObjectMeta)...)
+	allErrs = append(allErrs, validateFeatureAnnotations(vmi.Annotations, field.NewPath("metadata", "annotations"))...)
 	allErrs = append(allErrs, ValidateVirtualMachineInstanceSpec(&vmi.Spec, field.NewPath("spec"))...)
 	return allErrs
 }
@@ -85,6 +86,8 @@ func ValidateVirtualMachine(vm *v1.VirtualMachine) field.ErrorList {
 	if vm.Spec.Template == nil {
 		allErrs = append(allErrs, field.Required(spec.Child("template"), "a VM needs a VMI template"))
 	} else {
+		allErrs = append(allErrs, validateFeatureAnnotations(vm.Spec.Template.ObjectMeta.Annotations,
+			spec.Child("template", "metadata", "annotations"))...)
 		tmpl := spec.Child("template", "spec")
 		for _, e := range ValidateVirtualMachineInstanceSpec(&vm.Spec.Template.Spec, tmpl) {
 			// An instance type always gives the guest's memory: a template
