@@ -103,3 +103,55 @@ func TestClockInputsWatchdog(t *testing.T) {
 		t.Errorf("guest uptime %q: it did not reboot after the watchdog fired %s ago", up[0], time.Since(t1))
 	}
 }
+
+const poweroffVMI = `apiVersion: kemu.dev/v1alpha1
+kind: VirtualMachineInstance
+metadata: {name: wdpoweroff}
+spec:
+  domain:
+    memory: {guest: 256Mi}
+    clock: {timezone: Asia/Kathmandu}
+    devices:
+      autoattachPodInterface: false
+      autoattachGraphicsDevice: false
+      autoattachInputDevice: true
+      watchdog: {name: wd, i6300esb: {action: poweroff}}
+      disks:
+      - {name: root, disk: {bus: virtio}}
+  volumes:
+  - {name: root, containerDisk: {image: "oci:_out/testguest/oci/containerdisk"}}
+`
+
+// A time zone's offset in the guest's RTC (Asia/Kathmandu: UTC+5:45, no
+// daylight saving), autoattachInputDevice's usb tablet, and the watchdog's
+// poweroff: QEMU ends, and the domain ends as a guest power-off with the
+// watchdog's message (the node agent's Succeeded VMI and its event carry it).
+func TestTimezoneWatchdogPoweroff(t *testing.T) {
+	v := start(t, newConfig(t, parseVMI(t, poweroffVMI)))
+	ctx := ctxFor(t, 8*time.Minute)
+	pollPing(t, ctx, v.l, 3*bootTimeout, "after boot")
+
+	rtc := strings.TrimSpace(guestOut(t, ctx, v.l, "cat /sys/class/rtc/rtc0/since_epoch"))
+	secs, err := strconv.ParseInt(rtc, 10, 64)
+	if err != nil {
+		t.Fatalf("guest RTC %q: %v", rtc, err)
+	}
+	const kathmandu = 5*3600 + 45*60
+	if d := secs - time.Now().Unix() - kathmandu; d < -120 || d > 120 {
+		t.Errorf("guest RTC %d is %d s off the host's clock + %d s (Asia/Kathmandu)", secs, d, kathmandu)
+	}
+	if inputs := guestOut(t, ctx, v.l, "cat /proc/bus/input/devices"); !strings.Contains(inputs, "QEMU USB Tablet") {
+		t.Errorf("autoattachInputDevice: no USB tablet in /proc/bus/input/devices:\n%s", inputs)
+	}
+
+	t1 := time.Now()
+	guestOut(t, ctx, v.l, "echo 1 > /dev/watchdog")
+	d, err := v.l.Watch(false).WaitFor(ctxFor(t, 4*time.Minute), func(d Domain) bool { return d.State == StateShutoff })
+	if err != nil {
+		t.Fatalf("waiting for the watchdog's poweroff: %v (domain %s)", err, v.l.Domain())
+	}
+	if d.Reason != ReasonGuestShutdown || d.Message != WatchdogMessage("poweroff") {
+		t.Errorf("after the watchdog's poweroff: domain %s (reason %s, message %q)", d, d.Reason, d.Message)
+	}
+	t.Logf("watchdog powered the VM off %s after the guest stopped petting it", time.Since(t1))
+}
