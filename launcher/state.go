@@ -282,8 +282,13 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 			// A failed incoming migration ends QEMU (7.2 exits by itself).
 			d.Reason = ReasonMigrationFailed
 		}
-		if m.watchdog != "" && d.Reason == ReasonGuestShutdown {
-			d.Message = WatchdogMessage(m.watchdog) // powered off (or shut down) by its watchdog
+		switch {
+		case m.watchdog == qemuWatchdogPoweroff && !m.hostRequested && !m.migrated:
+			// The guest hung and its watchdog powered the VM off (QEMU 7.2
+			// exits 0 without SHUTDOWN): a failure, as libvirt's crashed.
+			d.Reason, d.Message = ReasonCrashed, WatchdogMessage(m.watchdog)+" ("+ev.message+")"
+		case m.watchdog != "" && d.Reason == ReasonGuestShutdown:
+			d.Message = WatchdogMessage(m.watchdog) // the guest shut down on the watchdog's ACPI request
 		}
 		if d.Reason == ReasonCrashed && ev.detail != "" {
 			d.Message += ": " + ev.detail
@@ -409,3 +414,6 @@ func exitReason(guestShutdown, hostRequested bool, code int) Reason {
 // with QEMU's action (reset, poweroff, shutdown): it stays on the domain
 // (a reset guest runs on; a powered-off one ends with it).
 func WatchdogMessage(action string) string { return "watchdog fired: " + action }
+
+// qemuWatchdogPoweroff is QEMU's WATCHDOG action that ends QEMU at once.
+const qemuWatchdogPoweroff = "poweroff"
