@@ -113,6 +113,9 @@ func (l *Launcher) followEvents() {
 			l.state.handle(event{kind: evShutdown, guest: ev.String("guest") == "true", message: ev.String("reason")})
 		case "GUEST_PANICKED":
 			l.state.handle(event{kind: evPanicked, message: ev.String("action")})
+		case "WATCHDOG":
+			klog.InfoS("Guest watchdog fired", "action", ev.String("action"))
+			l.state.handle(event{kind: evWatchdog, message: ev.String("action")})
 		case "RESET":
 			klog.InfoS("Guest reset", "guest", ev.String("guest"), "reason", ev.String("reason"))
 			l.dropAgent() // the guest's agent starts over with the guest

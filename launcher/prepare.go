@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -75,7 +76,7 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	// QEMU inherits its QMP socket listening (listenQMP), after the taps.
 	l.paths.QMPFD = 3 + len(l.files)
 	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.nics,
-		Drives: map[string]cmdline.Drive{}, Incoming: incoming}
+		Drives: map[string]cmdline.Drive{}, Incoming: incoming, Now: time.Now()}
 	for name, v := range l.prepared.Volumes {
 		in.Drives[name] = cmdline.Drive{Path: v.Path, Format: v.Format, ReadOnly: v.ReadOnly, Block: v.Block,
 			DirectIO: v.DirectIO, Preallocated: v.Preallocated}

@@ -158,6 +158,7 @@ const (
 	evPowerdown                          // QMP POWERDOWN (the ACPI button)
 	evShutdown                           // QMP SHUTDOWN
 	evPanicked                           // QMP GUEST_PANICKED
+	evWatchdog                           // QMP WATCHDOG: the guest's watchdog fired (message: QEMU's action)
 	evAgent                              // the guest agent answers (on) or not
 	evPauseAsked                         // a pause was asked (on) or an unpause
 	evHostRequested                      // the launcher asked QEMU to quit or killed it
@@ -177,9 +178,10 @@ type memory struct {
 	guestShutdown bool // SHUTDOWN with guest=true seen
 	hostRequested bool // quit or kill sent by the launcher
 	pauseAsked    bool
-	inFailed      bool // the incoming migration failed (target)
-	migrating     bool // an outgoing migration owns the run state (source)
-	migrated      bool // the target runs: the source ends (FinalizeMigration)
+	inFailed      bool   // the incoming migration failed (target)
+	migrating     bool   // an outgoing migration owns the run state (source)
+	migrated      bool   // the target runs: the source ends (FinalizeMigration)
+	watchdog      string // the action of the last WATCHDOG event ("" = none)
 }
 
 // transition is the state machine: the next Domain (and memory) after ev.
@@ -255,6 +257,12 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 			reason = ReasonGuestShutdown
 		}
 		d.State, d.Reason, d.Message = StateShuttingDown, reason, ev.message
+		if m.watchdog != "" {
+			d.Message = WatchdogMessage(m.watchdog)
+		}
+	case evWatchdog:
+		m.watchdog = ev.message
+		d.Message = WatchdogMessage(ev.message)
 	case evPanicked:
 		d.Reason, d.Message = ReasonGuestPanicked, ev.message
 	case evAgent:
@@ -273,6 +281,14 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 		case m.inFailed || (incoming && !m.hostRequested):
 			// A failed incoming migration ends QEMU (7.2 exits by itself).
 			d.Reason = ReasonMigrationFailed
+		}
+		switch {
+		case m.watchdog == qemuWatchdogPoweroff && !m.hostRequested && !m.migrated:
+			// The guest hung and its watchdog powered the VM off (QEMU 7.2
+			// exits 0 without SHUTDOWN): a failure, as libvirt's crashed.
+			d.Reason, d.Message = ReasonCrashed, WatchdogMessage(m.watchdog)+" ("+ev.message+")"
+		case m.watchdog != "" && d.Reason == ReasonGuestShutdown:
+			d.Message = WatchdogMessage(m.watchdog) // the guest shut down on the watchdog's ACPI request
 		}
 		if d.Reason == ReasonCrashed && ev.detail != "" {
 			d.Message += ": " + ev.detail
@@ -393,3 +409,11 @@ func exitReason(guestShutdown, hostRequested bool, code int) Reason {
 		return ReasonCrashed
 	}
 }
+
+// WatchdogMessage is the domain's message after the guest's watchdog fired
+// with QEMU's action (reset, poweroff, shutdown): it stays on the domain
+// (a reset guest runs on; a powered-off one ends with it).
+func WatchdogMessage(action string) string { return "watchdog fired: " + action }
+
+// qemuWatchdogPoweroff is QEMU's WATCHDOG action that ends QEMU at once.
+const qemuWatchdogPoweroff = "poweroff"

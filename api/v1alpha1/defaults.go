@@ -129,6 +129,8 @@ func setDomainDefaults(d *DomainSpec, namespace, name string) {
 		d.Devices.AutoattachGraphicsDevice = &on
 	}
 
+	setDeviceDefaults(&d.Devices)
+
 	if d.Features == nil {
 		d.Features = &Features{}
 	}
@@ -259,4 +261,31 @@ func DefaultPullPolicy(image string) corev1.PullPolicy {
 		return corev1.PullAlways
 	}
 	return corev1.PullIfNotPresent
+}
+
+// setDeviceDefaults: KubeVirt's watchdog default (i6300esb, reset), the
+// tablet autoattachInputDevice adds (KubeVirt's VM controller adds it,
+// kemu's defaulting does so for every VMI), and an input's usb bus and
+// tablet type.
+func setDeviceDefaults(dev *Devices) {
+	if w := dev.Watchdog; w != nil {
+		if w.I6300ESB == nil && w.Diag288 == nil {
+			w.I6300ESB = &I6300ESBWatchdog{}
+		}
+		if w.I6300ESB != nil && w.I6300ESB.Action == "" {
+			w.I6300ESB.Action = WatchdogActionReset
+		}
+	}
+	if on := dev.AutoattachInputDevice; on != nil && *on && len(dev.Inputs) == 0 {
+		dev.Inputs = []Input{{Name: DefaultInputName}}
+	}
+	for i := range dev.Inputs {
+		in := &dev.Inputs[i]
+		if in.Bus == "" {
+			in.Bus = InputBusUSB
+		}
+		if in.Type == "" {
+			in.Type = InputTypeTablet
+		}
+	}
 }

@@ -157,7 +157,11 @@ type DomainSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self != 'supplementalPool'",message="supplementalPool is not supported by kemu: its QEMU (7.2) gives a disk one iothread, not a pool; use shared or auto"
 	IOThreadsPolicy *IOThreadsPolicy `json:"ioThreadsPolicy,omitempty"`
 
-	Clock          *Unsupported       `json:"clock,omitempty"`
+	// Clock is the guest's RTC start (utc with an offset, or a time zone)
+	// and its timers.
+	// +optional
+	Clock *Clock `json:"clock,omitempty"`
+
 	IOThreads      *Unsupported       `json:"ioThreads,omitempty"`
 	Chassis        *Unsupported       `json:"chassis,omitempty"`
 	LaunchSecurity *Unsupported       `json:"launchSecurity,omitempty"`
@@ -383,18 +387,28 @@ type Devices struct {
 
 	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
 	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
-	Watchdog              *Unsupported     `json:"watchdog,omitempty"`
-	Inputs                UnsupportedList  `json:"inputs,omitempty"`
-	AutoattachInputDevice *UnsupportedBool `json:"autoattachInputDevice,omitempty"`
-	AutoattachVSOCK       *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
-	GPUs                  UnsupportedList  `json:"gpus,omitempty"`
-	HostDevices           UnsupportedList  `json:"hostDevices,omitempty"`
-	ClientPassthrough     *Unsupported     `json:"clientPassthrough,omitempty"`
-	Sound                 *Unsupported     `json:"sound,omitempty"`
-	TPM                   *Unsupported     `json:"tpm,omitempty"`
-	LogSerialConsole      *UnsupportedBool `json:"logSerialConsole,omitempty"`
-	Video                 *Unsupported     `json:"video,omitempty"`
-	PanicDevices          UnsupportedList  `json:"panicDevices,omitempty"`
+	// Watchdog is an i6300esb watchdog and what happens when the guest
+	// stops petting it.
+	// +optional
+	Watchdog *Watchdog `json:"watchdog,omitempty"`
+	// Inputs are tablets on the usb or virtio bus.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Inputs []Input `json:"inputs,omitempty"`
+	// AutoattachInputDevice adds a tablet (default-0) when inputs is empty
+	// (default false).
+	// +optional
+	AutoattachInputDevice *bool `json:"autoattachInputDevice,omitempty"`
+
+	AutoattachVSOCK   *UnsupportedBool `json:"autoattachVSOCK,omitempty"`
+	GPUs              UnsupportedList  `json:"gpus,omitempty"`
+	HostDevices       UnsupportedList  `json:"hostDevices,omitempty"`
+	ClientPassthrough *Unsupported     `json:"clientPassthrough,omitempty"`
+	Sound             *Unsupported     `json:"sound,omitempty"`
+	TPM               *Unsupported     `json:"tpm,omitempty"`
+	LogSerialConsole  *UnsupportedBool `json:"logSerialConsole,omitempty"`
+	Video             *Unsupported     `json:"video,omitempty"`
+	PanicDevices      UnsupportedList  `json:"panicDevices,omitempty"`
 }
 
 // DownwardMetrics is the downward metrics' virtio-serial port; it has no

@@ -187,6 +187,10 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 			"EFI Secure Boot needs SMM (KubeVirt's rule): leave SMM on or set firmware.bootloader.efi.secureBoot: false"))
 	}
 
+	allErrs = append(allErrs, validateClock(d.Clock, fldPath.Child("clock"))...)
+	allErrs = append(allErrs, validateWatchdog(d.Devices.Watchdog, fldPath.Child("devices", "watchdog"))...)
+	allErrs = append(allErrs, validateInputs(d.Devices.Inputs, fldPath.Child("devices", "inputs"))...)
+
 	devs := fldPath.Child("devices")
 	seen := sets.New[string]()
 	boot := map[uint]string{}
@@ -922,7 +926,7 @@ func validateQEMUDevices(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Pat
 // the RNG, the balloon and the VGA device (autoattachGraphicsDevice) when
 // asked for.
 func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
-	n := virtio + len(d.Interfaces) + len(d.Filesystems) + 1
+	n := virtio + len(d.Interfaces) + len(d.Filesystems) + 1 + devicePCISlots(d)
 	if scsi > 0 {
 		n++
 	}
@@ -939,7 +943,7 @@ func pciSlots(d *v1.Devices, virtio, scsi int, p *field.Path) field.ErrorList {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(p, fmt.Sprintf("%d PCI devices", n), fmt.Sprintf(
-		"%d virtio disks, %d interfaces and %d filesystems need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon, VGA): "+
+		"%d virtio disks, %d interfaces and %d filesystems need %d PCI slots with the controllers (guest agent channel, SCSI, RNG, balloon, VGA, watchdog, inputs): "+
 			"QEMU's root bus has %d; put disks on scsi", virtio, len(d.Interfaces), len(d.Filesystems), n, PCIRootSlots))}
 }
 

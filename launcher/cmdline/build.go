@@ -39,6 +39,8 @@ type builder struct {
 	devs []sourced
 	err  error
 	ids  map[string]string // QEMU device id -> the field it came from
+	// timers: spec.domain.clock.timer's changes to -machine and -cpu.
+	timers timers
 }
 
 func (b *builder) add(src string, d ...Device) {
@@ -95,6 +97,7 @@ func devices(in Input) ([]sourced, error) {
 	}
 	b.identity()
 	b.add("base", BaseFlags, Sandbox{}, MsgTimestamps{})
+	b.planTimers()
 	b.machine()
 	b.cpuAndMemory()
 	b.kernel()
@@ -103,6 +106,8 @@ func devices(in Input) ([]sourced, error) {
 	b.nics()
 	b.filesystems()
 	b.graphics()
+	b.clock()
+	b.watchdogAndInputs()
 	if d.Devices.Rng != nil {
 		b.add("spec.domain.devices.rng", RNG{ID: RNGID, Filename: "/dev/urandom"})
 	}

@@ -51,6 +51,7 @@ func (b *builder) machine() {
 		// virtiofsd maps the guest's memory: it must be shared.
 		m.MemoryBackend = GuestMemoryID
 	}
+	m.HPETOff, m.PITOff = b.timers.hpetOff, b.timers.pitOff
 	if ms := b.in.Facts.Machines; ms != nil && !ms.Has(d.Machine.Type) {
 		b.fail("spec.domain.machine.type", "%q: this node's QEMU has no such machine type (-machine help)", d.Machine.Type)
 	}
@@ -118,7 +119,7 @@ func (b *builder) cpuAndMemory() {
 			model = "host"
 		}
 	}
-	b.add("spec.domain.cpu.model", CPU{Model: b.val("spec.domain.cpu.model", model)})
+	b.add("spec.domain.cpu.model", CPU{Model: b.val("spec.domain.cpu.model", model), KVMClockOff: b.timers.kvmclockOff})
 	b.add("spec.domain.cpu", SMP{Sockets: d.CPU.Sockets, Cores: d.CPU.Cores, Threads: d.CPU.Threads})
 
 	bytes := d.Memory.Guest.Value()

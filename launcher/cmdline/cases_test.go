@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
@@ -108,6 +109,13 @@ var cases = []testCase{
 		in.NICs = []NIC{userNIC("default")}
 	}},
 	{name: "kernelboot", vmi: "kernelboot", boot: true},
+	// Clock offset and timers, watchdog, usb and virtio tablets: QEMU takes
+	// them (the guest's view: launcher's TestClockInputsWatchdog).
+	{name: "devices", vmi: "devices", setup: func(t testing.TB, e env, in *Input) {
+		in.Drives["root"] = Drive{Path: e.overlay(t, "root"), Format: FormatQCOW2}
+		in.NICs = []NIC{userNIC("default")}
+		in.Now = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	}},
 	{name: "efi", vmi: "efi", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		in.Drives["root"] = Drive{Path: e.overlay(t, "root"), Format: FormatQCOW2}
 	}},

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -130,7 +131,18 @@ const (
 func launcherInput(t *testing.T, vmi *v1.VirtualMachineInstance, mode uint8) Input {
 	t.Helper()
 	e := newGoldenEnv()
-	in := Input{VMI: vmi, Facts: e.facts(AccelTCG), Paths: e.paths(), Drives: map[string]Drive{}, Incoming: mode&modeIncoming != 0}
+	accel := AccelTCG
+	if c := vmi.Spec.Domain.Clock; c != nil && c.Timer != nil {
+		// Timers only KVM renders (refused at launch under TCG).
+		if k := c.Timer.KVM; k != nil && (k.Enabled == nil || *k.Enabled) {
+			accel = AccelKVM
+		}
+		if p := c.Timer.PIT; p != nil && p.TickPolicy == v1.PITTickPolicyDiscard {
+			accel = AccelKVM
+		}
+	}
+	in := Input{VMI: vmi, Facts: e.facts(accel), Paths: e.paths(), Drives: map[string]Drive{}, Incoming: mode&modeIncoming != 0,
+		Now: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}
 	if vmi.Spec.Domain.Devices.DownwardMetrics != nil {
 		in.Paths.DownwardMetrics = path.Join(fuzzRuntimeDir, "downwardmetrics.sock")
 	}
@@ -233,7 +245,7 @@ var argvSpec = map[string]struct {
 	implied string
 	keys    []string
 }{
-	"-machine":  {"type", []string{"type", "accel", "vmport", "dump-guest-core", "acpi", "smm", "pflash0", "pflash1", "memory-backend"}},
+	"-machine":  {"type", []string{"type", "accel", "vmport", "dump-guest-core", "acpi", "smm", "pflash0", "pflash1", "memory-backend", "hpet", "pit"}},
 	"-smp":      {"cpus", []string{"cpus", "sockets", "cores", "threads"}},
 	"-name":     {"guest", []string{"guest", "debug-threads"}},
 	"-smbios":   {"", []string{"type", "serial", "uuid"}},
@@ -248,6 +260,8 @@ var argvSpec = map[string]struct {
 	"-object":   {"qom-type", []string{"qom-type", "id", "filename", "size", "share"}},
 	"-device":   {"driver", nil},
 	"-vnc":      {"vnc", []string{"vnc", "share"}},
+	"-rtc":      {"", []string{"base", "clock", "driftfix"}},
+	"-action":   {"", []string{"watchdog"}},
 }
 
 var blockDeviceKeys = []string{"driver", "drive", "id", "serial", "bootindex", "write-cache", "share-rw"}
@@ -270,6 +284,10 @@ var deviceKeys = map[string][]string{
 	"virtio-balloon-pci": {"driver", "id"},
 	"VGA":                {"driver", "id", "vgamem_mb"},
 	"vhost-user-fs-pci":  {"driver", "id", "chardev", "tag"},
+	"i6300esb":           {"driver", "id"},
+	"qemu-xhci":          {"driver", "id"},
+	"usb-tablet":         {"driver", "id", "bus"},
+	"virtio-tablet-pci":  {"driver", "id"},
 }
 
 // wholeArgs take one argument as it is; bareFlags take none.
@@ -386,7 +404,8 @@ func checkArgv(t *testing.T, in Input, argv []string) {
 	if got := one("-machine", "", "").opts["type"]; got != vmi.Spec.Domain.Machine.Type {
 		fail("-machine type %q, want %q", got, vmi.Spec.Domain.Machine.Type)
 	}
-	if c := one("-cpu", "", "").raw; strings.Contains(c, ",") || c == "help" || c == "?" {
+	// The one property kemu adds to the model: kvmclock=off (clock.timer.kvm.present false, KVM).
+	if c := strings.TrimSuffix(one("-cpu", "", "").raw, ",kvmclock=off"); strings.Contains(c, ",") || c == "help" || c == "?" {
 		fail("-cpu %q: QEMU splits it at ',' or prints help", c)
 	}
 

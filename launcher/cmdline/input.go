@@ -1,6 +1,10 @@
 package cmdline
 
-import v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+import (
+	"time"
+
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+)
 
 // Facts are what the launcher found out about this node.
 type Facts struct {
@@ -98,4 +102,7 @@ type Input struct {
 	Kernel   *KernelBoot      // when spec.domain.firmware.kernelBoot
 	NICs     []NIC            // in VMI interface order, one per interface
 	Incoming bool             // migration target: -incoming defer
+	// Now is the VM's start, for -rtc base of spec.domain.clock (an
+	// offset or a time zone); required then.
+	Now time.Time
 }

@@ -21,6 +21,8 @@ type Machine struct {
 	// MemoryBackend is the id of the guest memory's backend object
 	// (SharedMemory); "": QEMU's own.
 	MemoryBackend string
+	HPETOff       bool // hpet=off (spec.domain.clock.timer.hpet.present false)
+	PITOff        bool // pit=off (spec.domain.clock.timer.pit.present false)
 }
 
 // Args implements Device.
@@ -47,6 +49,12 @@ func (m Machine) Args() ([]string, error) {
 	}
 	o.addNonEmpty("pflash0", m.PFlash0).addNonEmpty("pflash1", m.PFlash1)
 	o.addNonEmpty("memory-backend", m.MemoryBackend)
+	if m.HPETOff {
+		o.add("hpet", "off")
+	}
+	if m.PITOff {
+		o.add("pit", "off")
+	}
 	return o.arg("-machine")
 }
 
@@ -55,12 +63,18 @@ func (m Machine) Args() ([]string, error) {
 var cpuModelName = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
 
 // CPU is -cpu <Model>: "host" (KVM only), "max", or a named model.
-type CPU struct{ Model string }
+type CPU struct {
+	Model       string
+	KVMClockOff bool // kvmclock=off (spec.domain.clock.timer.kvm.present false)
+}
 
 // Args implements Device.
 func (c CPU) Args() ([]string, error) {
 	if !cpuModelName.MatchString(c.Model) || isHelp(c.Model) {
 		return nil, fmt.Errorf("-cpu: %q is not a CPU model name (letters, digits, '_', '.', '+', '-')", c.Model)
+	}
+	if c.KVMClockOff {
+		return []string{"-cpu", c.Model + ",kvmclock=off"}, nil
 	}
 	return []string{"-cpu", c.Model}, nil
 }

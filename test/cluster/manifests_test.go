@@ -113,7 +113,7 @@ spec:
   domain:
     memory: {guest: 128Mi, maxGuest: 1Gi}
     cpu: {maxSockets: 4, dedicatedCpuPlacement: true}
-    clock: {utc: {}}
+    ioThreads: {supplementalPoolThreadCount: 2}
     devices:
       autoattachVSOCK: true
       hostDevices: [{name: h, deviceName: d}]
