@@ -44,7 +44,7 @@ spec:
 // What TCG cannot provide fails the start by field, leaving nothing.
 func TestFeaturesInGuest(t *testing.T) {
 	for name, tc := range map[string]struct{ patch, want string }{
-		"hyperv under TCG": {"      hyperv: {relaxed: {}}\n", "spec.domain.features.hyperv.relaxed: needs KVM"},
+		"hyperv under TCG":           {"      hyperv: {relaxed: {}}\n", "spec.domain.features.hyperv.relaxed: needs KVM"},
 		"required feature TCG lacks": {"", `spec.domain.cpu.features[5]: "avx512bw" (require): tcg cannot provide it`},
 		"model TCG cannot run":       {"", `spec.domain.cpu.model: "Skylake-Client": not usable under tcg`},
 	} {
