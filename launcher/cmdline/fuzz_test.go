@@ -387,8 +387,18 @@ func checkArgv(t *testing.T, in Input, argv []string) {
 	if got := one("-machine", "", "").opts["type"]; got != vmi.Spec.Domain.Machine.Type {
 		fail("-machine type %q, want %q", got, vmi.Spec.Domain.Machine.Type)
 	}
-	if c := one("-cpu", "", "").raw; strings.Contains(c, ",") || c == "help" || c == "?" {
-		fail("-cpu %q: QEMU splits it at ',' or prints help", c)
+	// -cpu is <model>[,<flag>=<value>…]: QEMU splits the model at the first
+	// ',' and the flags at each, with no escaping.
+	cpuModel, cpuFlags, _ := strings.Cut(one("-cpu", "", "").raw, ",")
+	if cpuModel == "" || cpuModel == "help" || cpuModel == "?" || strings.ContainsAny(cpuModel, "=") {
+		fail("-cpu model %q: not a model name, or QEMU prints help", cpuModel)
+	}
+	if cpuFlags != "" {
+		for _, f := range strings.Split(cpuFlags, ",") {
+			if k, v, ok := strings.Cut(f, "="); !ok || !cpuFlagValue.MatchString(k) || !cpuFlagValue.MatchString(v) {
+				fail("-cpu flag %q: not <name>=<value>", f)
+			}
+		}
 	}
 
 	// Disks: one file node, one format node and one device each.
