@@ -59,6 +59,13 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 			return fmt.Errorf("launcher: %w", err)
 		}
 	}
+	// Named CPU models and CPU features are checked against what QEMU
+	// offers under the accelerator (one QEMU run with no machine).
+	if cpu := l.vmi.Spec.Domain.CPU; cmdline.NeedsCPUFacts(cpu.Model, len(cpu.Features)) {
+		if facts.CPU, err = cmdline.DetectCPU(ctx, l.cfg.QEMU, l.accel); err != nil {
+			return fmt.Errorf("launcher: %w", err)
+		}
+	}
 	if _, err := os.Stat("/dev/vhost-net"); err == nil {
 		facts.VhostNet = true
 	}

@@ -138,6 +138,7 @@ func setDomainDefaults(d *DomainSpec, namespace, name string) {
 		on := true
 		d.Features.ACPI.Enabled = &on
 	}
+	setFeatureDefaults(d)
 }
 
 // setVolumeDefaults gives every volume without a disk a virtio disk and every

@@ -200,12 +200,17 @@ type CPU struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	Threads uint32 `json:"threads,omitempty"`
-	// Model is host-passthrough, host-model (the default; both need KVM and
-	// fall back to QEMU's "max" model under TCG) or a QEMU CPU model name.
+	// Model is host-model (the default: -cpu host under KVM, QEMU's "max",
+	// everything TCG emulates, under TCG), host-passthrough (KVM only) or a
+	// QEMU CPU model name, checked at launch against the node's QEMU and
+	// accelerator (query-cpu-definitions).
 	// +optional
 	Model string `json:"model,omitempty"`
+	// Features adds or removes CPU features (QEMU's names) from the model.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	Features []CPUFeature `json:"features,omitempty"`
 
-	Features              UnsupportedList    `json:"features,omitempty"`
 	DedicatedCPUPlacement *UnsupportedBool   `json:"dedicatedCpuPlacement,omitempty"`
 	NUMA                  *Unsupported       `json:"numa,omitempty"`
 	IsolateEmulatorThread *UnsupportedBool   `json:"isolateEmulatorThread,omitempty"`
@@ -318,10 +323,22 @@ type Features struct {
 	// +optional
 	SMM *FeatureState `json:"smm,omitempty"`
 
-	APIC       *Unsupported `json:"apic,omitempty"`
-	HyperV     *Unsupported `json:"hyperv,omitempty"`
-	KVM        *Unsupported `json:"kvm,omitempty"`
-	Pvspinlock *Unsupported `json:"pvspinlock,omitempty"`
+	// APIC: the local APIC (on unless enabled: false, which hides it from
+	// the guest: -cpu …,-apic); endOfInterrupt is KVM's paravirtual EOI.
+	// +optional
+	APIC *FeatureAPIC `json:"apic,omitempty"`
+	// Hyperv: Hyper-V enlightenments, rendered as QEMU's hv-* CPU flags.
+	// KVM only: under TCG each enabled one is refused at launch by name.
+	// +optional
+	Hyperv *FeatureHyperv `json:"hyperv,omitempty"`
+	// KVM: how KVM's presence is shown to the guest (hidden: kvm=off).
+	// +optional
+	KVM *FeatureKVM `json:"kvm,omitempty"`
+	// Pvspinlock: paravirtual spinlocks (kvm-pv-unhalt); enabled needs KVM.
+	// +optional
+	Pvspinlock *FeatureState `json:"pvspinlock,omitempty"`
+
+	HypervPassthrough *Unsupported `json:"hypervPassthrough,omitempty"`
 }
 
 // FeatureState turns a feature on or off; unset means on.

@@ -177,7 +177,9 @@ func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 			allErrs = append(allErrs, field.Invalid(p.Child("model"), m,
 				"must be host-passthrough, host-model or a QEMU CPU model name"))
 		}
+		allErrs = append(allErrs, validateCPUFeatures(d.CPU.Features, p.Child("features"))...)
 	}
+	allErrs = append(allErrs, validateFeatures(d.Features, d.CPU, fldPath.Child("features"))...)
 
 	if d.Firmware != nil {
 		allErrs = append(allErrs, validateFirmware(d.Firmware, fldPath.Child("firmware"))...)

@@ -106,20 +106,11 @@ func (b *builder) machine() {
 	}
 }
 
-// cpuAndMemory: -cpu, -smp, -m. host-passthrough and host-model are -cpu
-// host under KVM and -cpu max (everything TCG emulates) under TCG; other
-// models are passed on. Guest memory is rounded down to a whole MiB.
+// cpuAndMemory: -cpu (cpuModel and its flags, build_features.go), -smp,
+// -m. Guest memory is rounded down to a whole MiB.
 func (b *builder) cpuAndMemory() {
 	d := &b.vmi.Spec.Domain
-	model := d.CPU.Model
-	switch model {
-	case v1.CPUModeHostPassthrough, v1.CPUModeHostModel, "":
-		model = "max"
-		if b.in.Facts.Accel == AccelKVM {
-			model = "host"
-		}
-	}
-	b.add("spec.domain.cpu.model", CPU{Model: b.val("spec.domain.cpu.model", model), KVMClockOff: b.timers.kvmclockOff})
+	b.add("spec.domain.cpu.model", b.cpu())
 	b.add("spec.domain.cpu", SMP{Sockets: d.CPU.Sockets, Cores: d.CPU.Cores, Threads: d.CPU.Threads})
 
 	bytes := d.Memory.Guest.Value()

@@ -290,7 +290,6 @@ func TestCPUModel(t *testing.T) {
 	for _, tc := range []struct{ model, accel, want string }{
 		{"host-passthrough", AccelKVM, "host"},
 		{"host-model", AccelKVM, "host"},
-		{"host-passthrough", AccelTCG, "max"},
 		{"host-model", AccelTCG, "max"},
 		{"Skylake-Client", AccelKVM, "Skylake-Client"},
 		{"qemu64", AccelTCG, "qemu64"},

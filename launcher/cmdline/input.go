@@ -15,6 +15,9 @@ type Facts struct {
 	// Machines are QEMU's machine types (DetectMachines); nil = not
 	// detected, the machine type is then left to QEMU to refuse.
 	Machines Machines
+	// CPU is what QEMU offers under Accel (DetectCPU); nil = not detected:
+	// a named model is then left to QEMU, and cpu.features are refused.
+	CPU *CPUFacts
 }
 
 // Accelerators.

@@ -62,21 +62,33 @@ func (m Machine) Args() ([]string, error) {
 // comma itself (not an option list), so a model name cannot be escaped.
 var cpuModelName = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
 
-// CPU is -cpu <Model>: "host" (KVM only), "max", or a named model.
+// CPU is -cpu <Model>[,<flag>=<value>…]: "host" (KVM only), "max", or a
+// named model, with CPU feature and hypervisor flags (build_features.go).
 type CPU struct {
-	Model       string
-	KVMClockOff bool // kvmclock=off (spec.domain.clock.timer.kvm.present false)
+	Model string
+	Flags []CPUFlag
 }
+
+// CPUFlag is one <name>=<value> of -cpu.
+type CPUFlag struct{ Name, Value string }
+
+// cpuFlagValue is what a -cpu flag's name or value may be: QEMU splits
+// -cpu's feature list at commas without escaping.
+var cpuFlagValue = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
 
 // Args implements Device.
 func (c CPU) Args() ([]string, error) {
 	if !cpuModelName.MatchString(c.Model) || isHelp(c.Model) {
 		return nil, fmt.Errorf("-cpu: %q is not a CPU model name (letters, digits, '_', '.', '+', '-')", c.Model)
 	}
-	if c.KVMClockOff {
-		return []string{"-cpu", c.Model + ",kvmclock=off"}, nil
+	arg := c.Model
+	for _, f := range c.Flags {
+		if !cpuFlagValue.MatchString(f.Name) || !cpuFlagValue.MatchString(f.Value) || isHelp(f.Name) {
+			return nil, fmt.Errorf("-cpu: bad flag %q=%q (letters, digits, '_', '.', '+', '-')", f.Name, f.Value)
+		}
+		arg += "," + f.Name + "=" + f.Value
 	}
-	return []string{"-cpu", c.Model}, nil
+	return []string{"-cpu", arg}, nil
 }
 
 // SMP is the CPU topology; the vCPU count is their product.
