@@ -98,4 +98,6 @@ type Input struct {
 	Kernel   *KernelBoot      // when spec.domain.firmware.kernelBoot
 	NICs     []NIC            // in VMI interface order, one per interface
 	Incoming bool             // migration target: -incoming defer
+	// Placement: hugepages and guest NUMA nodes (build_placement.go).
+	Placement Placement
 }
