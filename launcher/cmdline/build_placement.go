@@ -84,7 +84,7 @@ func (n NUMANodeArg) Args() ([]string, error) {
 }
 
 // NUMAMemoryID is the memory backend of guest NUMA node i.
-func NUMAMemoryID(i int) string { return fmt.Sprintf("guest-memory-node%d", i) }
+func NUMAMemoryID(i int) string { return fmt.Sprintf("mem-node%d", i) }
 
 // machineMemoryBackend is the -machine memory-backend of the VMI: the one
 // guest memory object when filesystems share it or hugepages back it, none
