@@ -45,7 +45,7 @@ func TestPlacementArgv(t *testing.T) {
 			err: "spec.domain.cpu.numa.guestMappingPassthrough: no guest NUMA nodes placed"},
 		{name: "a node without a page", cores: 2, numa: true,
 			placement: Placement{Hugepages: "/hp", NUMA: []NUMANode{{HostNode: 0, VCPUs: []int{0}}, {HostNode: 1, VCPUs: []int{}}, {HostNode: 2, VCPUs: []int{1}}}},
-			err: "would get no memory"},
+			err:       "would get no memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInput(t, baseYAML)
