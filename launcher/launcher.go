@@ -276,8 +276,10 @@ func (l *Launcher) start(ctx context.Context, incoming bool) (err error) {
 	if err := l.connect(ctx); err != nil {
 		return err
 	}
-	if err := l.timed("pin", func() error { return l.pin(ctx) }); err != nil {
-		return err
+	if l.place != nil && l.place.vcpuCPUs != nil {
+		if err := l.timed("pin", func() error { return l.pin(ctx) }); err != nil {
+			return err
+		}
 	}
 	// qemu-img's verdict on the images, which ran while QEMU started,
 	// before the guest may run (storage.Prepared.Verify).
