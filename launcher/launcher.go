@@ -96,6 +96,15 @@ type Config struct {
 	// NodeName is the downward metrics' HostName (the Kubernetes node's
 	// name); "": this machine's host name (kemuctl run).
 	NodeName string
+	// HugepagesDir is a hugetlbfs mount for spec.domain.memory.hugepages
+	// (the launcher Pod's hugepages emptyDir; kemuctl run: /dev/hugepages).
+	HugepagesDir string
+	// CPUs are the host CPUs dedicatedCpuPlacement pins to; nil: the
+	// launcher's own (its cgroup's cpuset and its affinity).
+	CPUs []int
+	// SysNodeDir is where the host's NUMA nodes are described (default
+	// /sys/devices/system/node).
+	SysNodeDir string
 	// NoDeviceCgroup runs QEMU without its cgroup v2 device allowlist. Only
 	// for hosts without cgroup2 (or without the rights to use it); by
 	// default a missing cgroup2 hierarchy is an error.
@@ -126,6 +135,7 @@ type Launcher struct {
 	// launcher's copy is closed once QEMU has it (closeQMPListener).
 	qmpListener *os.File
 
+	place     *placement // placement.go
 	net       *netsetup.Result
 	netCancel context.CancelFunc
 
@@ -265,6 +275,11 @@ func (l *Launcher) start(ctx context.Context, incoming bool) (err error) {
 	}
 	if err := l.connect(ctx); err != nil {
 		return err
+	}
+	if l.place != nil && l.place.vcpuCPUs != nil {
+		if err := l.timed("pin", func() error { return l.pin(ctx) }); err != nil {
+			return err
+		}
 	}
 	// qemu-img's verdict on the images, which ran while QEMU started,
 	// before the guest may run (storage.Prepared.Verify).

@@ -82,8 +82,12 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	}
 	// QEMU inherits its QMP socket listening (listenQMP), after the taps.
 	l.paths.QMPFD = 3 + len(l.files)
+	if l.place, err = l.planPlacement(); err != nil {
+		return err
+	}
 	in := cmdline.Input{VMI: l.vmi, Facts: facts, Paths: l.paths, NICs: l.nics,
-		Drives: map[string]cmdline.Drive{}, Incoming: incoming, Now: time.Now()}
+		Drives: map[string]cmdline.Drive{}, Incoming: incoming, Now: time.Now(),
+		Placement: cmdline.Placement{Hugepages: l.place.hugepagesDir, NUMA: l.place.numa}}
 	for name, v := range l.prepared.Volumes {
 		in.Drives[name] = cmdline.Drive{Path: v.Path, Format: v.Format, ReadOnly: v.ReadOnly, Block: v.Block,
 			DirectIO: v.DirectIO, Preallocated: v.Preallocated}

@@ -104,6 +104,7 @@ func (l *Launcher) finish() {
 		l.closeQMPListener()
 		// QEMU has ended (or never started): its filesystems' daemons go.
 		l.stopVirtiofsd()
+		l.removeHugepagesDir()
 		l.mu.Lock()
 		if l.agent != nil {
 			l.agent.Close()

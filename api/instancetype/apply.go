@@ -90,10 +90,24 @@ func applyInstancetype(it *itv1beta1.VirtualMachineInstancetypeSpec, pref *itv1b
 		if c.Model != "" && it.CPU.Model != nil {
 			conflict(domain.Child("cpu", "model"))
 		}
+		if c.DedicatedCPUPlacement && it.CPU.DedicatedCPUPlacement != nil {
+			conflict(domain.Child("cpu", "dedicatedCpuPlacement"))
+		}
+		if c.IsolateEmulatorThread && it.CPU.IsolateEmulatorThread != nil {
+			conflict(domain.Child("cpu", "isolateEmulatorThread"))
+		}
+		if c.NUMA != nil && it.CPU.NUMA != nil {
+			conflict(domain.Child("cpu", "numa"))
+		}
+		if c.Realtime != nil && it.CPU.Realtime != nil {
+			conflict(domain.Child("cpu", "realtime"))
+		}
 	}
 
 	// Memory: the first conflict only, as KubeVirt reports it.
 	switch {
+	case d.Memory != nil && d.Memory.Hugepages != nil && it.Memory.Hugepages != nil:
+		conflict(domain.Child("memory", "hugepages"))
 	case d.Memory != nil && d.Memory.Guest != nil:
 		conflict(domain.Child("memory", "guest"))
 	case hasResource(d.Resources.Requests, corev1.ResourceMemory):
@@ -122,12 +136,27 @@ func applyInstancetype(it *itv1beta1.VirtualMachineInstancetypeSpec, pref *itv1b
 		d.CPU.Model = *it.CPU.Model
 	}
 	d.CPU.Sockets, d.CPU.Cores, d.CPU.Threads = Topology(it.CPU.Guest, pref)
+	if it.CPU.DedicatedCPUPlacement != nil {
+		d.CPU.DedicatedCPUPlacement = *it.CPU.DedicatedCPUPlacement
+	}
+	if it.CPU.IsolateEmulatorThread != nil {
+		d.CPU.IsolateEmulatorThread = *it.CPU.IsolateEmulatorThread
+	}
+	if it.CPU.NUMA != nil {
+		d.CPU.NUMA = it.CPU.NUMA.DeepCopy()
+	}
+	if it.CPU.Realtime != nil {
+		d.CPU.Realtime = it.CPU.Realtime.DeepCopy()
+	}
 
 	if d.Memory == nil {
 		d.Memory = &v1.Memory{}
 	}
 	guest := it.Memory.Guest.DeepCopy()
 	d.Memory.Guest = &guest
+	if it.Memory.Hugepages != nil {
+		d.Memory.Hugepages = it.Memory.Hugepages.DeepCopy()
+	}
 	if pct := it.Memory.OvercommitPercent; pct > 0 {
 		if d.Resources.Requests == nil {
 			d.Resources.Requests = corev1.ResourceList{}

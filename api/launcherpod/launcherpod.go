@@ -81,4 +81,20 @@ const (
 	// DefaultDiskDir is where a containerDisk image keeps its disk when the
 	// volume names no path (KubeVirt's /disk/).
 	DefaultDiskDir = "/disk"
+	// HugepagesDir is the hugetlbfs emptyDir (medium HugePages-<size>) of
+	// a VMI with spec.domain.memory.hugepages; QEMU's guest memory is a
+	// file in it.
+	HugepagesVolume = "hugepages"
+	HugepagesDir    = "/var/run/kemu/hugepages"
 )
+
+// HugepagesResource is the Pod resource of hugepages of pageSize ("2Mi":
+// hugepages-2Mi).
+func HugepagesResource(pageSize string) corev1.ResourceName {
+	return corev1.ResourceName(corev1.ResourceHugePagesPrefix + pageSize)
+}
+
+// HugepagesMedium is the emptyDir medium of hugepages of pageSize.
+func HugepagesMedium(pageSize string) corev1.StorageMedium {
+	return corev1.StorageMedium(string(corev1.StorageMediumHugePagesPrefix) + pageSize)
+}

@@ -211,11 +211,54 @@ type CPU struct {
 	// +kubebuilder:validation:MaxItems=128
 	Features []CPUFeature `json:"features,omitempty"`
 
-	DedicatedCPUPlacement *UnsupportedBool   `json:"dedicatedCpuPlacement,omitempty"`
-	NUMA                  *Unsupported       `json:"numa,omitempty"`
-	IsolateEmulatorThread *UnsupportedBool   `json:"isolateEmulatorThread,omitempty"`
-	Realtime              *Unsupported       `json:"realtime,omitempty"`
-	MaxSockets            *UnsupportedScalar `json:"maxSockets,omitempty"`
+	// DedicatedCPUPlacement gives the VM whole host CPUs of its own: the
+	// launcher Pod gets Guaranteed QoS with an integer CPU count (one per
+	// vCPU), the kubelet's static CPU manager gives it exclusive CPUs, and
+	// the launcher pins each vCPU thread to one of them.
+	// +optional
+	DedicatedCPUPlacement bool `json:"dedicatedCpuPlacement,omitempty"`
+	// NUMA is the guest's NUMA topology (needs dedicatedCpuPlacement and
+	// memory.hugepages).
+	// +optional
+	NUMA *NUMA `json:"numa,omitempty"`
+	// IsolateEmulatorThread asks for one more dedicated CPU, for QEMU's
+	// emulator and I/O threads (needs dedicatedCpuPlacement).
+	// +optional
+	IsolateEmulatorThread bool `json:"isolateEmulatorThread,omitempty"`
+	// Realtime runs the vCPU threads under SCHED_FIFO priority 1 (needs
+	// dedicatedCpuPlacement).
+	// +optional
+	Realtime *Realtime `json:"realtime,omitempty"`
+
+	MaxSockets *UnsupportedScalar `json:"maxSockets,omitempty"`
+}
+
+// NUMA is the guest's NUMA topology (KubeVirt's).
+type NUMA struct {
+	// GuestMappingPassthrough gives the guest one NUMA node per host NUMA
+	// node of the VM's dedicated CPUs, holding the vCPUs pinned there and
+	// memory bound to that host node.
+	// +optional
+	GuestMappingPassthrough *NUMAGuestMappingPassthrough `json:"guestMappingPassthrough,omitempty"`
+}
+
+// NUMAGuestMappingPassthrough has no settings.
+type NUMAGuestMappingPassthrough struct{}
+
+// Realtime tunes the vCPUs for low latency.
+type Realtime struct {
+	// Mask selects the realtime vCPUs in libvirt's syntax ("0-3,^1");
+	// empty: all of them.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Mask string `json:"mask,omitempty"`
+}
+
+// Hugepages backs the guest's memory with the Pod's hugepages.
+type Hugepages struct {
+	// PageSize is 2Mi or 1Gi.
+	// +kubebuilder:validation:Enum="2Mi";"1Gi"
+	PageSize string `json:"pageSize,omitempty"`
 }
 
 // CPU models with a meaning of their own.
@@ -231,7 +274,11 @@ type Memory struct {
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('32Mi')) >= 0",message="must be at least 32Mi"
 	Guest *resource.Quantity `json:"guest,omitempty"`
 
-	Hugepages        *Unsupported       `json:"hugepages,omitempty"`
+	// Hugepages backs the guest's memory with hugepages of this size
+	// (the launcher Pod requests them: hugepages-<size>).
+	// +optional
+	Hugepages *Hugepages `json:"hugepages,omitempty"`
+
 	MaxGuest         *UnsupportedScalar `json:"maxGuest,omitempty"`
 	ReservedOverhead *Unsupported       `json:"reservedOverhead,omitempty"`
 }

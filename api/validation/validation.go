@@ -142,6 +142,7 @@ func ValidateVirtualMachineInstanceSpec(spec *v1.VirtualMachineInstanceSpec, fld
 func validateDomain(d *v1.DomainSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	allErrs = append(allErrs, validateResources(d, fldPath)...)
+	allErrs = append(allErrs, validatePlacement(d, fldPath)...)
 
 	machine := ""
 	if d.Machine != nil {

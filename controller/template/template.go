@@ -45,6 +45,9 @@ func launcherCapabilities(vmi *v1.VirtualMachineInstance) []corev1.Capability {
 	if len(vmi.Spec.Domain.Devices.Filesystems) > 0 {
 		caps = append(caps, FilesystemCapabilities...)
 	}
+	if Dedicated(vmi) {
+		caps = append(caps, PlacementCapabilities...)
+	}
 	return caps
 }
 
@@ -252,6 +255,7 @@ func (b *builder) volumes() error {
 	if fw := b.vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
 		b.kernelBoot(fw.KernelBoot.Container)
 	}
+	b.hugepagesVolume()
 	return nil
 }
 
@@ -269,7 +273,7 @@ func (b *builder) installCopy() {
 		ImagePullPolicy: b.opts.LauncherPullPolicy,
 		Command:         []string{launcherpod.CopyBinary, launcherpod.CopyBinary, launcherpod.ToolsDir},
 		VolumeMounts:    []corev1.VolumeMount{{Name: launcherpod.ToolsVolume, MountPath: launcherpod.ToolsDir}},
-		Resources:       initResources,
+		Resources:       guaranteedInit(b.vmi, initResources),
 	})
 }
 
@@ -303,7 +307,7 @@ func (b *builder) kernelBoot(c *v1.KernelBootContainer) {
 			{Name: launcherpod.ToolsVolume, MountPath: launcherpod.ToolsDir, ReadOnly: true},
 			{Name: launcherpod.KernelBootVolume, MountPath: launcherpod.KernelBootDir},
 		},
-		Resources: initResources,
+		Resources: guaranteedInit(b.vmi, initResources),
 	})
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: launcherpod.KernelBootVolume, MountPath: launcherpod.KernelBootDir, ReadOnly: true})
 }
@@ -344,7 +348,7 @@ func (b *builder) containerDisk(i int, vol *v1.Volume) {
 			{Name: launcherpod.ToolsVolume, MountPath: launcherpod.ToolsDir, ReadOnly: true},
 			{Name: name, MountPath: dst},
 		},
-		Resources: initResources,
+		Resources: guaranteedInit(b.vmi, initResources),
 	})
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: name, MountPath: dst, ReadOnly: true})
 }
@@ -547,6 +551,7 @@ func (b *builder) resources() corev1.ResourceRequirements {
 			req[corev1.ResourceCPU] = DefaultCPURequest.DeepCopy()
 		}
 	}
+	b.placementResources(req, lim, over)
 	one := resource.MustParse("1")
 	if b.in.KVM {
 		lim[launcherpod.ResourceKVM] = one

@@ -59,7 +59,10 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 		VMI: vmi, Dir: dir, ImageCache: o.imageCache, BaseDir: cwd, Accel: o.accel, NICs: nics,
 		KVMProbe:       kvm.Options{Kernel: o.probeKernel, Initrd: o.probeInitrd, CacheFile: o.probeCache},
 		NoDeviceCgroup: o.noDeviceCgroup,
-		Hooks:          hooks,
+		// No kubelet: hugepages from the host's hugetlbfs, dedicated CPUs
+		// from kemuctl's own affinity (taskset -c LIST kemuctl run …).
+		HugepagesDir: "/dev/hugepages",
+		Hooks:        hooks,
 	}
 	if o.serialLog != "" {
 		sl, err := openSerialLog(o.serialLog)

@@ -52,24 +52,24 @@ var (
 		{"cx1", "compute.exclusive", "Compute exclusive: dedicated CPUs, NUMA passthrough, hugepages.",
 			[]size{{"medium", 1, "2Gi"}, {"large", 2, "4Gi"}, {"xlarge", 4, "8Gi"}, {"2xlarge", 8, "16Gi"}, {"4xlarge", 16, "32Gi"}, {"8xlarge", 32, "64Gi"}},
 			func(z size, s *itv1beta1.VirtualMachineInstancetypeSpec) {
-				s.CPU.DedicatedCPUPlacement = &v1.UnsupportedBool{RawJSON: raw("true")}
-				s.CPU.IsolateEmulatorThread = &v1.UnsupportedBool{RawJSON: raw("true")}
-				s.CPU.NUMA = &v1.Unsupported{RawJSON: raw(`{"guestMappingPassthrough":{}}`)}
+				s.CPU.DedicatedCPUPlacement = ptr(true)
+				s.CPU.IsolateEmulatorThread = ptr(true)
+				s.CPU.NUMA = &v1.NUMA{GuestMappingPassthrough: &v1.NUMAGuestMappingPassthrough{}}
 				s.CPU.MaxSockets = &v1.UnsupportedScalar{RawJSON: raw(fmt.Sprint(z.cpus))}
-				s.Memory.Hugepages = &v1.Unsupported{RawJSON: raw(`{"pageSize":"2Mi"}`)}
+				s.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"}
 				s.IOThreadsPolicy = &v1.UnsupportedScalar{RawJSON: raw(`"auto"`)}
 			}},
 		{"m1", "memory.intensive", "Memory intensive: hugepages.",
 			[]size{{"large", 2, "16Gi"}, {"xlarge", 4, "32Gi"}, {"2xlarge", 8, "64Gi"}, {"4xlarge", 16, "128Gi"}, {"8xlarge", 32, "256Gi"}},
 			func(_ size, s *itv1beta1.VirtualMachineInstancetypeSpec) {
-				s.Memory.Hugepages = &v1.Unsupported{RawJSON: raw(`{"pageSize":"2Mi"}`)}
+				s.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"}
 			}},
 		{"n1", "network", "Network (DPDK): dedicated CPUs, isolated emulator thread, 1Gi hugepages.",
 			[]size{{"medium", 4, "4Gi"}, {"large", 4, "8Gi"}, {"xlarge", 8, "16Gi"}, {"2xlarge", 16, "32Gi"}, {"4xlarge", 32, "64Gi"}, {"8xlarge", 64, "128Gi"}},
 			func(_ size, s *itv1beta1.VirtualMachineInstancetypeSpec) {
-				s.CPU.DedicatedCPUPlacement = &v1.UnsupportedBool{RawJSON: raw("true")}
-				s.CPU.IsolateEmulatorThread = &v1.UnsupportedBool{RawJSON: raw("true")}
-				s.Memory.Hugepages = &v1.Unsupported{RawJSON: raw(`{"pageSize":"1Gi"}`)}
+				s.CPU.DedicatedCPUPlacement = ptr(true)
+				s.CPU.IsolateEmulatorThread = ptr(true)
+				s.Memory.Hugepages = &v1.Hugepages{PageSize: "1Gi"}
 			}},
 	}
 )

@@ -39,7 +39,7 @@ func TestOverlayUpToDate(t *testing.T) {
 		}
 	}
 	k := string(files["kustomization.yaml"])
-	for _, s := range []string{"series u1, o1 ", "#   cx1: ", "#   m1: spec.memory.hugepages", "#   n1: "} {
+	for _, s := range []string{"series u1, o1, m1, n1 ", "#   cx1: spec.cpu.maxSockets, spec.ioThreadsPolicy"} {
 		if !strings.Contains(k, s) {
 			t.Errorf("kustomization.yaml lacks %q", s)
 		}

@@ -47,10 +47,9 @@ func (b *builder) machine() {
 		b.fail("Facts.Accel", "%q: must be %s or %s", accel, AccelKVM, AccelTCG)
 	}
 	m := Machine{Type: b.val("spec.domain.machine.type", d.Machine.Type), Accel: accel}
-	if len(d.Devices.Filesystems) > 0 {
-		// virtiofsd maps the guest's memory: it must be shared.
-		m.MemoryBackend = GuestMemoryID
-	}
+	// virtiofsd maps the guest's memory (it must be shared); hugepages
+	// back it (build_placement.go).
+	m.MemoryBackend = b.machineMemoryBackend()
 	m.HPETOff, m.PITOff = b.timers.hpetOff, b.timers.pitOff
 	if ms := b.in.Facts.Machines; ms != nil && !ms.Has(d.Machine.Type) {
 		b.fail("spec.domain.machine.type", "%q: this node's QEMU has no such machine type (-machine help)", d.Machine.Type)
@@ -119,9 +118,7 @@ func (b *builder) cpuAndMemory() {
 		b.fail("spec.domain.memory.guest", "%s is less than 1Mi", d.Memory.Guest.String())
 	}
 	b.add("spec.domain.memory.guest", Memory{MiB: uint64(mib)})
-	if len(d.Devices.Filesystems) > 0 {
-		b.add("spec.domain.devices.filesystems", SharedMemory{ID: GuestMemoryID, MiB: uint64(mib)})
-	}
+	b.guestMemory(uint64(mib))
 
 	for _, disk := range d.Devices.Disks {
 		if disk.BootOrder != nil {

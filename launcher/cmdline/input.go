@@ -108,4 +108,6 @@ type Input struct {
 	// Now is the VM's start, for -rtc base of spec.domain.clock (an
 	// offset or a time zone); required then.
 	Now time.Time
+	// Placement: hugepages and guest NUMA nodes (build_placement.go).
+	Placement Placement
 }

@@ -94,11 +94,18 @@ type CPUInstancetype struct {
 	// +optional
 	Model *string `json:"model,omitempty"`
 
-	DedicatedCPUPlacement *v1.UnsupportedBool   `json:"dedicatedCPUPlacement,omitempty"`
-	NUMA                  *v1.Unsupported       `json:"numa,omitempty"`
-	IsolateEmulatorThread *v1.UnsupportedBool   `json:"isolateEmulatorThread,omitempty"`
-	Realtime              *v1.Unsupported       `json:"realtime,omitempty"`
-	MaxSockets            *v1.UnsupportedScalar `json:"maxSockets,omitempty"`
+	// DedicatedCPUPlacement, NUMA, IsolateEmulatorThread and Realtime are
+	// the VMI's domain.cpu fields of the same names.
+	// +optional
+	DedicatedCPUPlacement *bool `json:"dedicatedCPUPlacement,omitempty"`
+	// +optional
+	NUMA *v1.NUMA `json:"numa,omitempty"`
+	// +optional
+	IsolateEmulatorThread *bool `json:"isolateEmulatorThread,omitempty"`
+	// +optional
+	Realtime *v1.Realtime `json:"realtime,omitempty"`
+
+	MaxSockets *v1.UnsupportedScalar `json:"maxSockets,omitempty"`
 }
 
 // MemoryInstancetype is an instance type's memory.
@@ -113,8 +120,11 @@ type MemoryInstancetype struct {
 	// +kubebuilder:validation:Maximum=100
 	OvercommitPercent int `json:"overcommitPercent,omitempty"`
 
-	Hugepages *v1.Unsupported       `json:"hugepages,omitempty"`
-	MaxGuest  *v1.UnsupportedScalar `json:"maxGuest,omitempty"`
+	// Hugepages is the VMI's domain.memory.hugepages.
+	// +optional
+	Hugepages *v1.Hugepages `json:"hugepages,omitempty"`
+
+	MaxGuest *v1.UnsupportedScalar `json:"maxGuest,omitempty"`
 }
 
 // VirtualMachinePreference is a namespaced set of preferred VM settings

@@ -35,23 +35,23 @@ func (in *CPUInstancetype) DeepCopyInto(out *CPUInstancetype) {
 	}
 	if in.DedicatedCPUPlacement != nil {
 		in, out := &in.DedicatedCPUPlacement, &out.DedicatedCPUPlacement
-		*out = new(v1alpha1.UnsupportedBool)
-		(*in).DeepCopyInto(*out)
+		*out = new(bool)
+		**out = **in
 	}
 	if in.NUMA != nil {
 		in, out := &in.NUMA, &out.NUMA
-		*out = new(v1alpha1.Unsupported)
+		*out = new(v1alpha1.NUMA)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.IsolateEmulatorThread != nil {
 		in, out := &in.IsolateEmulatorThread, &out.IsolateEmulatorThread
-		*out = new(v1alpha1.UnsupportedBool)
-		(*in).DeepCopyInto(*out)
+		*out = new(bool)
+		**out = **in
 	}
 	if in.Realtime != nil {
 		in, out := &in.Realtime, &out.Realtime
-		*out = new(v1alpha1.Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = new(v1alpha1.Realtime)
+		**out = **in
 	}
 	if in.MaxSockets != nil {
 		in, out := &in.MaxSockets, &out.MaxSockets
@@ -353,8 +353,8 @@ func (in *MemoryInstancetype) DeepCopyInto(out *MemoryInstancetype) {
 	out.Guest = in.Guest.DeepCopy()
 	if in.Hugepages != nil {
 		in, out := &in.Hugepages, &out.Hugepages
-		*out = new(v1alpha1.Unsupported)
-		(*in).DeepCopyInto(*out)
+		*out = new(v1alpha1.Hugepages)
+		**out = **in
 	}
 	if in.MaxGuest != nil {
 		in, out := &in.MaxGuest, &out.MaxGuest
