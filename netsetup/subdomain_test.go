@@ -19,7 +19,7 @@ func TestWithSubdomain(t *testing.T) {
 		{"already there", []string{"web.ns.svc.cluster.local", "cluster.local"}, "web", []string{"web.ns.svc.cluster.local", "cluster.local"}},
 		{"no service domain", []string{"example.com"}, "web", []string{"example.com"}},
 		{"no search", nil, "web", nil},
-		{"too long", []string{strings.Repeat("a", 240) + ".svc.x"}, "web", []string{strings.Repeat("a", 240) + ".svc.x"}},
+		{"too long", []string{strings.Repeat("a", 245) + ".svc.x"}, "web", []string{strings.Repeat("a", 245) + ".svc.x"}},
 	} {
 		if got := withSubdomain(tc.search, tc.subdomain); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: withSubdomain(%q, %q) = %q, want %q", tc.name, tc.search, tc.subdomain, got, tc.want)

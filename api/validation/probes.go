@@ -193,7 +193,7 @@ func probeHost(host string, fldPath *field.Path) field.ErrorList {
 	if host == "" {
 		return nil
 	}
-	return field.ErrorList{field.Forbidden(fldPath, "kemu probes the guest through the launcher Pod's address only")}
+	return field.ErrorList{field.Invalid(fldPath, host, "must be empty: kemu probes the guest through the launcher Pod's address only")}
 }
 
 func hasPodNetwork(spec *v1.VirtualMachineInstanceSpec) bool {
