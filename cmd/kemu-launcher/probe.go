@@ -65,6 +65,8 @@ func probe(ctx context.Context, p launcherpod.Probe, c rpc.LauncherClient) (stri
 	}
 	r, err := c.GuestExec(ctx, &rpc.GuestExecRequest{Command: p.Command}, grpc.WaitForReady(true))
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Sprintf("guest exec %s: no result within %s (the command may go on in the guest)", p.Command[0], p.Timeout), false
 	case err != nil:
 		return "guest exec: " + status.Convert(err).Message(), false
 	case r.GetSignal() != 0:
