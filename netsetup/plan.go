@@ -85,6 +85,9 @@ type Interface struct {
 	PodMAC   net.HardwareAddr
 	Queues   int    // tap queues, 1 = single queue
 	Hostname string // DHCP host name option
+	// Subdomain is the VMI's spec.subdomain: its service domain goes first
+	// in the lease's domain search (withSubdomain).
+	Subdomain string
 
 	// Masquerade only.
 	VMNetwork netip.Prefix // the guest network, e.g. 10.0.2.0/24
@@ -171,7 +174,8 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 			Bridge:       BridgeName(podIface),
 			Tap:          TapName(podIface),
 			Queues:       1,
-			Hostname:     v1.DeriveHostname(vmi.Name), // as the Pod's and cloud-init's
+			Hostname:     v1.VMIHostname(vmi), // as the Pod's and cloud-init's
+			Subdomain:    vmi.Spec.Subdomain,
 			NetworkPath:  np,
 			IfacePath:    ip,
 		}

@@ -50,6 +50,13 @@ func TestPlan(t *testing.T) {
 				t.Errorf("hostname %q", h)
 			}
 		}},
+		{name: "spec.hostname and subdomain: the DHCP host name and search", mut: func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Hostname, vmi.Spec.Subdomain = "web-1", "web"
+		}, check: func(t *testing.T, p *Plan) {
+			if pi := p.Interfaces[0]; pi.Hostname != "web-1" || pi.Subdomain != "web" {
+				t.Errorf("hostname %q subdomain %q", pi.Hostname, pi.Subdomain)
+			}
+		}},
 		{name: "custom CIDR, MAC, ports, pod interface", opts: Options{PodInterface: "net1"}, mut: func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Networks[0].Pod.VMNetworkCIDR = "192.168.7.128/25"
 			vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:AA:bb:cc:dd:ee"

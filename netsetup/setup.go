@@ -112,6 +112,7 @@ func Setup(ctx context.Context, p *Plan) (*Result, error) {
 		}
 		r.Interfaces = append(r.Interfaces, ir)
 		lease.DNS, lease.Hostname, lease.Time = dns, pi.Hostname, p.LeaseTime
+		lease.DNS.Search = withSubdomain(dns.Search, pi.Subdomain)
 		srv, err := startDHCP(ctx, ns, pi.Bridge, lease)
 		if err != nil {
 			return nil, r.fail(ctx, fmt.Errorf("interface %s: %w", pi.Name, err))

@@ -68,6 +68,52 @@ func SetVirtualMachineInstanceSpecDefaults(spec *VirtualMachineInstanceSpec, nam
 	setDomainDefaults(&spec.Domain, namespace, name)
 	setVolumeDefaults(spec)
 	setNetworkDefaults(spec)
+	setProbeDefaults(spec.ReadinessProbe)
+	setProbeDefaults(spec.LivenessProbe)
+}
+
+// Probe defaults (KubeVirt's SetDefaults_Probe, Kubernetes' own).
+const (
+	DefaultProbeTimeoutSeconds   int32 = 1
+	DefaultProbePeriodSeconds    int32 = 10
+	DefaultProbeSuccessThreshold int32 = 1
+	DefaultProbeFailureThreshold int32 = 3
+)
+
+// setProbeDefaults fills a probe's timeout, period and thresholds when
+// they are under 1 (KubeVirt's rule), and an httpGet's scheme and path
+// (the Pod's defaults), so the launcher Pod carries what the VMI shows.
+func setProbeDefaults(p *Probe) {
+	if p == nil {
+		return
+	}
+	for _, f := range []struct {
+		v   *int32
+		def int32
+	}{{&p.TimeoutSeconds, DefaultProbeTimeoutSeconds}, {&p.PeriodSeconds, DefaultProbePeriodSeconds},
+		{&p.SuccessThreshold, DefaultProbeSuccessThreshold}, {&p.FailureThreshold, DefaultProbeFailureThreshold}} {
+		if *f.v < 1 {
+			*f.v = f.def
+		}
+	}
+	if h := p.HTTPGet; h != nil {
+		if h.Scheme == "" {
+			h.Scheme = corev1.URISchemeHTTP
+		}
+		if h.Path == "" {
+			h.Path = "/"
+		}
+	}
+}
+
+// VMIHostname is the host name of vmi's launcher Pod and guest:
+// spec.hostname, else DeriveHostname of its name (KubeVirt's
+// dns.SanitizeHostname).
+func VMIHostname(vmi *VirtualMachineInstance) string {
+	if vmi.Spec.Hostname != "" {
+		return vmi.Spec.Hostname
+	}
+	return DeriveHostname(vmi.Name)
 }
 
 func setDomainDefaults(d *DomainSpec, namespace, name string) {

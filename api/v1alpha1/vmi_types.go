@@ -87,15 +87,41 @@ type VirtualMachineInstanceSpec struct {
 	// +kubebuilder:validation:MaxItems=256
 	Networks []Network `json:"networks,omitempty"`
 
+	// Hostname is the launcher Pod's and the guest's host name (the guest
+	// gets it in its DHCP lease); default: the VMI's name up to its first
+	// dot (DeriveHostname). A DNS-1123 label.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Hostname string `json:"hostname,omitempty"`
+	// Subdomain makes the launcher Pod's FQDN
+	// <hostname>.<subdomain>.<namespace>.svc.<cluster domain> (with a
+	// headless Service of that name); the guest gets
+	// <subdomain>.<namespace>.svc.<cluster domain> first in its DHCP domain
+	// search. A DNS-1123 subdomain.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Subdomain string `json:"subdomain,omitempty"`
+	// PriorityClassName is the launcher Pod's priority class.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// SchedulerName is the launcher Pod's scheduler; default: the
+	// cluster's default scheduler.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SchedulerName string `json:"schedulerName,omitempty"`
+	// ReadinessProbe drives the VMI's Ready condition (and so the launcher
+	// Pod's Service endpoints). See Probe.
+	// +optional
+	ReadinessProbe *Probe `json:"readinessProbe,omitempty"`
+	// LivenessProbe failing ends the launcher (the VMI fails; a VM restarts
+	// it per its runStrategy). See Probe.
+	// +optional
+	LivenessProbe *Probe `json:"livenessProbe,omitempty"`
+
 	// Unsupported KubeVirt fields: declared so they are rejected, not pruned.
 
-	PriorityClassName         *UnsupportedScalar `json:"priorityClassName,omitempty"`
-	SchedulerName             *UnsupportedScalar `json:"schedulerName,omitempty"`
 	TopologySpreadConstraints UnsupportedList    `json:"topologySpreadConstraints,omitempty"`
-	LivenessProbe             *Unsupported       `json:"livenessProbe,omitempty"`
-	ReadinessProbe            *Unsupported       `json:"readinessProbe,omitempty"`
-	Hostname                  *UnsupportedScalar `json:"hostname,omitempty"`
-	Subdomain                 *UnsupportedScalar `json:"subdomain,omitempty"`
 	DNSPolicy                 *UnsupportedScalar `json:"dnsPolicy,omitempty"`
 	DNSConfig                 *Unsupported       `json:"dnsConfig,omitempty"`
 	AccessCredentials         UnsupportedList    `json:"accessCredentials,omitempty"`

@@ -123,6 +123,8 @@ func ValidateVirtualMachineInstanceSpec(spec *v1.VirtualMachineInstanceSpec, fld
 	allErrs = append(allErrs, validateFilesystems(spec, fldPath)...)
 	allErrs = append(allErrs, validateNetworks(spec, fldPath)...)
 	allErrs = append(allErrs, validateQEMUDevices(spec, fldPath)...)
+	allErrs = append(allErrs, validatePodFields(spec, fldPath)...)
+	allErrs = append(allErrs, validateProbes(spec, fldPath)...)
 
 	if g := spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("terminationGracePeriodSeconds"), *g, "must be 0 or more"))

@@ -39,8 +39,8 @@ spec:
 			"spec.domain.devices.interfaces[0].name: FieldValueInvalid",
 			"spec.domain.memory.guest: FieldValueInvalid",
 		}},
-		{name: "unsupported field", obj: strings.Replace(goodVMI, "spec:\n", "spec:\n  hostname: x\n", 1),
-			want: []string{"spec.hostname: FieldValueForbidden"}},
+		{name: "unsupported field", obj: strings.Replace(goodVMI, "spec:\n", "spec:\n  architecture: arm64\n", 1),
+			want: []string{"spec.architecture: FieldValueForbidden"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,9 @@
 // 2 bad flags or VMI; 3 the host stopped it (grace period over, killed, or
 // a signal before the VM started).
 //
+// `kemu-launcher probe ...` is a VMI's exec or guestAgentPing probe, run by
+// the kubelet in the compute container (probe.go).
+//
 // --allow-raw-qmp (debugging only; the controller never sets it) lets the
 // Qmp RPC pass any QMP command and keeps QEMU's second QMP socket; without
 // it the Qmp RPC passes only read-only ones (launcher/cmdserver).
@@ -50,6 +53,9 @@ var version = "dev"
 func main() { os.Exit(run()) }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == launcherpod.ProbeSubcommand {
+		return runProbe(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	var (
 		vmiFile, vmiJSON, qemu, baseDir string
 		qemuTimeout                     time.Duration

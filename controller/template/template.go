@@ -160,6 +160,9 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		Ports:                    containerPorts(vmi),
+		ReadinessProbe:           podProbe(vmi.Spec.ReadinessProbe),
+		LivenessProbe:            podProbe(vmi.Spec.LivenessProbe),
 	}
 	no := false
 	pod := &corev1.Pod{
@@ -183,7 +186,10 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 			AutomountServiceAccountToken:  &no,
 			ServiceAccountName:            b.serviceAccount,
 			EnableServiceLinks:            &no,
-			Hostname:                      v1.DeriveHostname(vmi.Name),
+			Hostname:                      v1.VMIHostname(vmi),
+			Subdomain:                     vmi.Spec.Subdomain,
+			PriorityClassName:             vmi.Spec.PriorityClassName,
+			SchedulerName:                 vmi.Spec.SchedulerName,
 		},
 	}
 	return pod, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/api/manifest"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/launcher"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 	"github.com/kemu-dev/kemu/qmp"
@@ -484,6 +485,26 @@ func (s *Server) GuestPing(ctx context.Context, _ *rpc.Empty) (*rpc.Empty, error
 	ctx, cancel := agentCtx(ctx)
 	defer cancel()
 	return &rpc.Empty{}, toStatus("guest ping", l, l.GuestPing(ctx))
+}
+
+// GuestExec runs a command in the guest through the guest agent and waits
+// for its exit status (an exec probe). The command is bounded as a VMI's
+// exec probe is (InvalidArgument otherwise).
+func (s *Server) GuestExec(ctx context.Context, req *rpc.GuestExecRequest) (*rpc.GuestExecResponse, error) {
+	if err := validation.ValidateProbeCommand(req.GetCommand()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "guest exec: %v", err)
+	}
+	l, err := s.need("guest exec")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := agentCtx(ctx)
+	defer cancel()
+	r, err := l.GuestRun(ctx, req.GetCommand())
+	if err != nil {
+		return nil, toStatus("guest exec", l, err)
+	}
+	return &rpc.GuestExecResponse{ExitCode: int32(r.ExitCode), Signal: int32(r.Signal)}, nil
 }
 
 // GuestInfo asks the guest agent about the guest.

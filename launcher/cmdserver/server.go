@@ -52,7 +52,9 @@
 //   - GetDomain, GetStats (vCPU threads with their CPU time from /proc, block
 //     stats, balloon), GuestPing, GuestInfo (agent version, OS info,
 //     hostname, interfaces; a 10 s deadline when the client set none),
-//     GuestUsers (guest-get-users), GuestFilesystems (guest-get-fsinfo):
+//     GuestUsers (guest-get-users), GuestFilesystems (guest-get-fsinfo),
+//     GuestExec (a command's exit status through guest-exec, no output; an
+//     exec probe's, bounded as one: InvalidArgument beyond):
 //     any state QEMU runs in; the agent refusing a command is
 //     FailedPrecondition naming it.
 //   - WatchDomain: from_seq 0 streams the current state then every change;

@@ -2893,6 +2893,104 @@ func (x *PrepareMigrationTargetResponse) GetControlSocket() string {
 	return ""
 }
 
+type GuestExecRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The program and its arguments (api/validation.ValidateProbeCommand).
+	Command       []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestExecRequest) Reset() {
+	*x = GuestExecRequest{}
+	mi := &file_launcher_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestExecRequest) ProtoMessage() {}
+
+func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
+func (*GuestExecRequest) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GuestExecRequest) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+type GuestExecResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exit status, or the signal that killed the command (then non-zero).
+	ExitCode      int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal        int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestExecResponse) Reset() {
+	*x = GuestExecResponse{}
+	mi := &file_launcher_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestExecResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestExecResponse) ProtoMessage() {}
+
+func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
+func (*GuestExecResponse) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GuestExecResponse) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *GuestExecResponse) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
 var File_launcher_proto protoreflect.FileDescriptor
 
 const file_launcher_proto_rawDesc = "" +
@@ -3122,7 +3220,12 @@ const file_launcher_proto_rawDesc = "" +
 	"\vdisk_socket\x18\x02 \x01(\tR\n" +
 	"diskSocket\x120\n" +
 	"\x06domain\x18\x03 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\x12%\n" +
-	"\x0econtrol_socket\x18\x04 \x01(\tR\rcontrolSocket*\x80\x01\n" +
+	"\x0econtrol_socket\x18\x04 \x01(\tR\rcontrolSocket\",\n" +
+	"\x10GuestExecRequest\x12\x18\n" +
+	"\acommand\x18\x01 \x03(\tR\acommand\"H\n" +
+	"\x11GuestExecResponse\x12\x1b\n" +
+	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal*\x80\x01\n" +
 	"\vDomainState\x12\x1c\n" +
 	"\x18DOMAIN_STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bStarting\x10\x01\x12\v\n" +
@@ -3168,7 +3271,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x19REBOOT_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"GuestAgent\x10\x01\x12\x11\n" +
-	"\rCtrlAltDelete\x10\x022\x98\r\n" +
+	"\rCtrlAltDelete\x10\x022\xee\r\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -3194,7 +3297,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\aMigrate\x12 .kemu.launcher.v1.MigrateRequest\x1a\x17.kemu.launcher.v1.Empty\x12i\n" +
 	"\x16PrepareMigrationTarget\x12\x1d.kemu.launcher.v1.SyncRequest\x1a0.kemu.launcher.v1.PrepareMigrationTargetResponse\x12C\n" +
 	"\x0fCancelMigration\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12E\n" +
-	"\x11FinalizeMigration\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.EmptyB+Z)github.com/kemu-dev/kemu/launcher/rpc;rpcb\x06proto3"
+	"\x11FinalizeMigration\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12T\n" +
+	"\tGuestExec\x12\".kemu.launcher.v1.GuestExecRequest\x1a#.kemu.launcher.v1.GuestExecResponseB+Z)github.com/kemu-dev/kemu/launcher/rpc;rpcb\x06proto3"
 
 var (
 	file_launcher_proto_rawDescOnce sync.Once
@@ -3209,7 +3313,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_launcher_proto_goTypes = []any{
 	(DomainState)(0),                       // 0: kemu.launcher.v1.DomainState
 	(DomainReason)(0),                      // 1: kemu.launcher.v1.DomainReason
@@ -3252,6 +3356,8 @@ var file_launcher_proto_goTypes = []any{
 	(*MigrateRequest)(nil),                 // 38: kemu.launcher.v1.MigrateRequest
 	(*MigrationOptions)(nil),               // 39: kemu.launcher.v1.MigrationOptions
 	(*PrepareMigrationTargetResponse)(nil), // 40: kemu.launcher.v1.PrepareMigrationTargetResponse
+	(*GuestExecRequest)(nil),               // 41: kemu.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 42: kemu.launcher.v1.GuestExecResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	14, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
@@ -3299,31 +3405,33 @@ var file_launcher_proto_depIdxs = []int32{
 	10, // 42: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
 	5,  // 43: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
 	5,  // 44: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	7,  // 45: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	9,  // 46: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	11, // 47: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	5,  // 48: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	5,  // 49: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	16, // 50: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	16, // 51: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	5,  // 52: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	17, // 53: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
-	16, // 54: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	22, // 55: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	5,  // 56: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	24, // 57: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	34, // 58: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
-	37, // 59: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
-	26, // 60: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	29, // 61: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	31, // 62: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	32, // 63: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
-	5,  // 64: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	40, // 65: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
-	5,  // 66: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	5,  // 67: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	45, // [45:68] is the sub-list for method output_type
-	22, // [22:45] is the sub-list for method input_type
+	41, // 45: kemu.launcher.v1.Launcher.GuestExec:input_type -> kemu.launcher.v1.GuestExecRequest
+	7,  // 46: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	9,  // 47: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	11, // 48: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	5,  // 49: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	5,  // 50: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	16, // 51: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	16, // 52: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	5,  // 53: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	17, // 54: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	16, // 55: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	22, // 56: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	5,  // 57: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	24, // 58: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	34, // 59: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
+	37, // 60: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
+	26, // 61: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	29, // 62: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	31, // 63: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	32, // 64: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
+	5,  // 65: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	40, // 66: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
+	5,  // 67: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	5,  // 68: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	42, // 69: kemu.launcher.v1.Launcher.GuestExec:output_type -> kemu.launcher.v1.GuestExecResponse
+	46, // [46:70] is the sub-list for method output_type
+	22, // [22:46] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -3346,7 +3454,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

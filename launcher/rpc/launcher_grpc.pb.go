@@ -46,6 +46,7 @@ const (
 	Launcher_PrepareMigrationTarget_FullMethodName = "/kemu.launcher.v1.Launcher/PrepareMigrationTarget"
 	Launcher_CancelMigration_FullMethodName        = "/kemu.launcher.v1.Launcher/CancelMigration"
 	Launcher_FinalizeMigration_FullMethodName      = "/kemu.launcher.v1.Launcher/FinalizeMigration"
+	Launcher_GuestExec_FullMethodName              = "/kemu.launcher.v1.Launcher/GuestExec"
 )
 
 // LauncherClient is the client API for Launcher service.
@@ -99,6 +100,11 @@ type LauncherClient interface {
 	PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*PrepareMigrationTargetResponse, error)
 	CancelMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
 	FinalizeMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
+	// GuestExec runs a command (argv, no shell) in the guest through the
+	// guest agent and waits until it exits or the call's deadline: its exit
+	// status, no output. kemu-launcher's probe subcommand (a VMI's exec
+	// probe) calls it.
+	GuestExec(ctx context.Context, in *GuestExecRequest, opts ...grpc.CallOption) (*GuestExecResponse, error)
 }
 
 type launcherClient struct {
@@ -354,6 +360,16 @@ func (c *launcherClient) FinalizeMigration(ctx context.Context, in *Empty, opts 
 	return out, nil
 }
 
+func (c *launcherClient) GuestExec(ctx context.Context, in *GuestExecRequest, opts ...grpc.CallOption) (*GuestExecResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GuestExecResponse)
+	err := c.cc.Invoke(ctx, Launcher_GuestExec_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LauncherServer is the server API for Launcher service.
 // All implementations must embed UnimplementedLauncherServer
 // for forward compatibility.
@@ -405,6 +421,11 @@ type LauncherServer interface {
 	PrepareMigrationTarget(context.Context, *SyncRequest) (*PrepareMigrationTargetResponse, error)
 	CancelMigration(context.Context, *Empty) (*Empty, error)
 	FinalizeMigration(context.Context, *Empty) (*Empty, error)
+	// GuestExec runs a command (argv, no shell) in the guest through the
+	// guest agent and waits until it exits or the call's deadline: its exit
+	// status, no output. kemu-launcher's probe subcommand (a VMI's exec
+	// probe) calls it.
+	GuestExec(context.Context, *GuestExecRequest) (*GuestExecResponse, error)
 	mustEmbedUnimplementedLauncherServer()
 }
 
@@ -483,6 +504,9 @@ func (UnimplementedLauncherServer) CancelMigration(context.Context, *Empty) (*Em
 }
 func (UnimplementedLauncherServer) FinalizeMigration(context.Context, *Empty) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method FinalizeMigration not implemented")
+}
+func (UnimplementedLauncherServer) GuestExec(context.Context, *GuestExecRequest) (*GuestExecResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GuestExec not implemented")
 }
 func (UnimplementedLauncherServer) mustEmbedUnimplementedLauncherServer() {}
 func (UnimplementedLauncherServer) testEmbeddedByValue()                  {}
@@ -890,6 +914,24 @@ func _Launcher_FinalizeMigration_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_GuestExec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GuestExecRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).GuestExec(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_GuestExec_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).GuestExec(ctx, req.(*GuestExecRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Launcher_ServiceDesc is the grpc.ServiceDesc for Launcher service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -976,6 +1018,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FinalizeMigration",
 			Handler:    _Launcher_FinalizeMigration_Handler,
+		},
+		{
+			MethodName: "GuestExec",
+			Handler:    _Launcher_GuestExec_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

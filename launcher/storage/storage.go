@@ -23,8 +23,9 @@
 //     never written.
 //   - cloudInitNoCloud: a "cidata" ISO at <Dir>/<volume>-cidata.iso with
 //     instance-id = the VMI's UID (else <namespace>.<name>, namespace
-//     "default" when empty) and local-hostname = v1alpha1.DeriveHostname
-//     (the VMI's name up to its first dot, at most 63); read-only.
+//     "default" when empty) and local-hostname = v1alpha1.VMIHostname
+//     (spec.hostname, else the VMI's name up to its first dot, at most 63);
+//     read-only.
 //   - cloudInitConfigDrive: a "config-2" ISO (OpenStack config drive:
 //     openstack/latest/meta_data.json with uuid and hostname, user_data,
 //     network_data.json) at <Dir>/<volume>-config-2.iso; read-only.
@@ -738,7 +739,7 @@ func InstanceID(vmi *v1alpha1.VirtualMachineInstance) string {
 
 func (pr *preparer) cloudInit(v *v1alpha1.Volume, field string) (Volume, error) {
 	// local-hostname: the host name the launcher Pod and the DHCP lease give too.
-	data, err := cloudinit.Resolve(v.CloudInitNoCloud, pr.opts.SecretsDir, InstanceID(pr.vmi), v1alpha1.DeriveHostname(pr.vmi.Name))
+	data, err := cloudinit.Resolve(v.CloudInitNoCloud, pr.opts.SecretsDir, InstanceID(pr.vmi), v1alpha1.VMIHostname(pr.vmi))
 	if err != nil {
 		var fe *cloudinit.FieldError
 		if errors.As(err, &fe) {
@@ -788,7 +789,7 @@ func (pr *preparer) downwardMetrics(field string) (Volume, error) {
 // does: openstack/latest/{meta_data.json,user_data,network_data.json}.
 func (pr *preparer) configDrive(v *v1alpha1.Volume, field string) (Volume, error) {
 	src := v1alpha1.CloudInitNoCloudSource(*v.CloudInitConfigDrive)
-	hostname := v1alpha1.DeriveHostname(pr.vmi.Name)
+	hostname := v1alpha1.VMIHostname(pr.vmi)
 	data, err := cloudinit.Resolve(&src, pr.opts.SecretsDir, InstanceID(pr.vmi), hostname)
 	if err != nil {
 		var fe *cloudinit.FieldError

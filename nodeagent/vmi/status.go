@@ -47,22 +47,27 @@ const (
 	ReasonLauncherGone  = "LauncherGone"  // the launcher vanished without a final state
 
 	// Condition reasons.
-	ReasonPausedByUser      = "PausedByUser"
-	ReasonPausedIOError     = "PausedIOError"
-	ReasonPausedStart       = "PausedStartStrategy"
-	ReasonPausedMigration   = "PausedMigration"
-	ReasonPausedUnknown     = "PausedUnknown"
-	ReasonNotRunning        = "GuestNotRunning" // Ready False while starting or shutting down
-	ReasonPaused            = "Paused"          // Ready False while paused
-	ReasonTCG               = "TCG"             // SoftwareEmulation True
-	ReasonDeviceCgroup      = "DeviceCgroup"    // DevicesConfined True
-	ReasonNoDeviceCgroup    = "NoDeviceCgroup"  // DevicesConfined False
-	ReasonSynced            = "Synced"          // Synchronized True
-	ReasonSyncFailed        = "SyncFailed"      // Synchronized False: the launcher refused the VMI
-	ReasonAgentConnected    = "AgentConnected"
-	InfoSourceDomain        = "domain"
-	InfoSourceGuestAgent    = "guest-agent"
-	InfoSourceDomainAndAgnt = "domain, guest-agent"
+	ReasonPausedByUser    = "PausedByUser"
+	ReasonPausedIOError   = "PausedIOError"
+	ReasonPausedStart     = "PausedStartStrategy"
+	ReasonPausedMigration = "PausedMigration"
+	ReasonPausedUnknown   = "PausedUnknown"
+	ReasonNotRunning      = "GuestNotRunning" // Ready False while starting or shutting down
+	ReasonPaused          = "Paused"          // Ready False while paused
+	// Ready False with a readinessProbe: the launcher Pod is not ready
+	// (KubeVirt copies the Pod's reason), or has no Ready condition
+	// (KubeVirt's PodConditionMissing).
+	ReasonReadinessProbe      = "ReadinessProbeFailed"
+	ReasonPodConditionMissing = "PodConditionMissing"
+	ReasonTCG                 = "TCG"            // SoftwareEmulation True
+	ReasonDeviceCgroup        = "DeviceCgroup"   // DevicesConfined True
+	ReasonNoDeviceCgroup      = "NoDeviceCgroup" // DevicesConfined False
+	ReasonSynced              = "Synced"         // Synchronized True
+	ReasonSyncFailed          = "SyncFailed"     // Synchronized False: the launcher refused the VMI
+	ReasonAgentConnected      = "AgentConnected"
+	InfoSourceDomain          = "domain"
+	InfoSourceGuestAgent      = "guest-agent"
+	InfoSourceDomainAndAgnt   = "domain, guest-agent"
 )
 
 // SELinuxNone is status.selinuxContext when QEMU runs without a label.
@@ -129,6 +134,10 @@ type Observation struct {
 	// Gone is set when the launcher vanished (Pod, socket or process gone)
 	// without reporting a final state: the message.
 	Gone string
+	// PodReady is the launcher Pod's Ready condition (nil: none, or no
+	// Pod): the VMI's Ready condition follows it while the guest runs when
+	// the VMI has a readinessProbe (the Pod's compute container carries it).
+	PodReady *corev1.PodCondition
 	// Now stamps transitions.
 	Now metav1.Time
 }
@@ -184,7 +193,7 @@ func ApplyStatus(vmi *v1.VirtualMachineInstance, o Observation) {
 			setPhase(vmi, v1.Running, o.Now)
 			st.Reason = ""
 		}
-		readyCondition(vmi, d, o.Now)
+		readyCondition(vmi, d, o.PodReady, o.Now)
 	case state == stateStarting:
 		// Still Scheduled: nothing to report but the accelerator.
 	}
@@ -265,13 +274,24 @@ func finish(vmi *v1.VirtualMachineInstance, phase v1.VirtualMachineInstancePhase
 	removeCondition(vmi, v1.VirtualMachineInstanceAgentConnected)
 }
 
-func readyCondition(vmi *v1.VirtualMachineInstance, d *rpc.Domain, now metav1.Time) {
+// readyCondition: False while paused or shutting down; otherwise True, or,
+// for a VMI with a readinessProbe, the launcher Pod's Ready condition
+// (KubeVirt's syncReadyConditionFromPod): the probe's verdict.
+func readyCondition(vmi *v1.VirtualMachineInstance, d *rpc.Domain, podReady *corev1.PodCondition, now metav1.Time) {
 	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}
-	switch d.GetState() {
-	case statePaused:
+	switch {
+	case d.GetState() == statePaused:
 		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonPaused, "the guest is paused"
-	case stateShuttingDown:
+	case d.GetState() == stateShuttingDown:
 		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonNotRunning, "the guest is shutting down"
+	case vmi.Spec.ReadinessProbe == nil:
+	case podReady == nil:
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonPodConditionMissing, "the launcher Pod has no Ready condition yet"
+	case podReady.Status != corev1.ConditionTrue:
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonReadinessProbe, "the readinessProbe fails (the launcher Pod is not ready)"
+		if podReady.Reason != "" {
+			c.Message += ": " + guestString(podReady.Reason)
+		}
 	}
 	setCondition(vmi, c, now)
 }

@@ -136,6 +136,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		live = &l
 	}
 	o := source.observation(time.Now())
+	o.PodReady = podReadyCondition(sourcePod)
 	if err := c.updateStatus(ctx, vmi, &o, source.getRefusal(), migrationChanges(writes, live)); err != nil {
 		return 0, err
 	}
@@ -628,6 +629,20 @@ func (c *Controller) updateStatus(ctx context.Context, vmi *v1.VirtualMachineIns
 		klog.FromContext(ctx).Info("VMI phase changed", "from", from, "to", to, "reason", res.After.Status.Reason)
 	} else {
 		klog.FromContext(ctx).V(2).Info("VMI status updated")
+	}
+	return nil
+}
+
+// podReadyCondition is pod's Ready condition, nil without one (or without
+// a Pod).
+func podReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			return pod.Status.Conditions[i].DeepCopy()
+		}
 	}
 	return nil
 }

@@ -79,6 +79,8 @@ type vmiOptions struct {
 	emptyDisk string
 	// cpuRequest is spec.domain.resources.requests.cpu ("" = the default).
 	cpuRequest string
+	// extraSpec is YAML appended to the spec (probes, ...), at spec level.
+	extraSpec string
 }
 
 // vmiManifest renders a VMI (or a VM with runStrategy Always) of the test
@@ -166,6 +168,9 @@ func vmiManifest(o vmiOptions) string {
 				w("      %s", l)
 			}
 		}
+	}
+	if o.extraSpec != "" {
+		spec.WriteString(strings.TrimRight(o.extraSpec, "\n") + "\n")
 	}
 	var labels []string
 	for k, v := range o.labels {
