@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -21,6 +22,11 @@ const DefaultPasst = "/usr/bin/passt"
 // passtFD is the fd at which passt inherits its end of the socket pair
 // (--fd).
 const passtFD = 3
+
+// passtQuitGrace is how long after passt ended with status 0 (QEMU closed
+// its end of the socket) QEMU may take to exit before the launcher counts
+// passt's end as a failure.
+const passtQuitGrace = 5 * time.Second
 
 // passtProc is the passt serving one interface.
 type passtProc struct {
@@ -92,6 +98,15 @@ func (l *Launcher) startPasst(id unpriv.Identity) error {
 		go func() {
 			p.err = <-exited
 			close(p.done)
+			if p.err == nil {
+				// passt ends by itself, status 0, when QEMU closes its
+				// end: QEMU is ending. Only if QEMU goes on is it a failure.
+				select {
+				case <-l.exited:
+					return
+				case <-time.After(passtQuitGrace):
+				}
+			}
 			l.helperEnded("interface "+p.iface, "passt", p.err, p.out)
 		}()
 		klog.InfoS("passt started", "interface", p.iface, "podInterface", p.conf.PodInterface, "ports", len(p.conf.Ports),

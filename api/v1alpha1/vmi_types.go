@@ -553,9 +553,9 @@ type Interface struct {
 	// +optional
 	MacAddress string `json:"macAddress,omitempty"`
 
-	Slirp        *Unsupported       `json:"slirp,omitempty"`
-	SRIOV        *Unsupported       `json:"sriov,omitempty"`
-	Macvtap      *Unsupported       `json:"macvtap,omitempty"`
+	Slirp   *Unsupported `json:"slirp,omitempty"`
+	SRIOV   *Unsupported `json:"sriov,omitempty"`
+	Macvtap *Unsupported `json:"macvtap,omitempty"`
 	// PasstBinding connects the guest to the pod network through passt
 	// (user-mode networking, KubeVirt ≥ 1.6's core binding): the guest gets
 	// the Pod's IP, MAC-independent, with no bridge, tap or NAT in the
@@ -573,12 +573,12 @@ type Interface struct {
 	// +kubebuilder:validation:Enum=up;down;absent
 	State InterfaceState `json:"state,omitempty"`
 
-	Passt        *Unsupported       `json:"passt,omitempty"`
-	BootOrder    *UnsupportedScalar `json:"bootOrder,omitempty"`
-	PCIAddress   *UnsupportedScalar `json:"pciAddress,omitempty"`
-	DHCPOptions  *Unsupported       `json:"dhcpOptions,omitempty"`
-	Tag          *UnsupportedScalar `json:"tag,omitempty"`
-	ACPIIndex    *UnsupportedScalar `json:"acpiIndex,omitempty"`
+	Passt       *Unsupported       `json:"passt,omitempty"`
+	BootOrder   *UnsupportedScalar `json:"bootOrder,omitempty"`
+	PCIAddress  *UnsupportedScalar `json:"pciAddress,omitempty"`
+	DHCPOptions *Unsupported       `json:"dhcpOptions,omitempty"`
+	Tag         *UnsupportedScalar `json:"tag,omitempty"`
+	ACPIIndex   *UnsupportedScalar `json:"acpiIndex,omitempty"`
 }
 
 // InterfacePasstBinding is the passt binding (KubeVirt's passtBinding).
