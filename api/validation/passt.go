@@ -36,10 +36,10 @@ func validatePasstInterface(p *field.Path, iface *v1.Interface, network *v1.Netw
 	return append(errs, field.Invalid(bp, iface.Name, "passt is only for the pod network"))
 }
 
-// validateInterfaceState: up or down (KubeVirt's link states). "absent",
+// ValidateInterfaceState: up or down (KubeVirt's link states). "absent",
 // KubeVirt's hot-unplug of a bridge interface, is refused by name: kemu
 // does not hot-unplug NICs.
-func validateInterfaceState(p *field.Path, state v1.InterfaceState) field.ErrorList {
+func ValidateInterfaceState(p *field.Path, state v1.InterfaceState) field.ErrorList {
 	switch state {
 	case "", v1.InterfaceStateLinkUp, v1.InterfaceStateLinkDown:
 		return nil

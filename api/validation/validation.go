@@ -689,7 +689,7 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 			allErrs = append(allErrs, field.Invalid(p.Child("masquerade"), iface.Name, "masquerade is only for the pod network"))
 		}
 		allErrs = append(allErrs, validatePasstInterface(p, iface, network, ok)...)
-		allErrs = append(allErrs, validateInterfaceState(p.Child("state"), iface.State)...)
+		allErrs = append(allErrs, ValidateInterfaceState(p.Child("state"), iface.State)...)
 		if len(iface.Ports) > 0 && iface.Masquerade == nil && !iface.UsesPasst() {
 			allErrs = append(allErrs, field.Invalid(p.Child("ports"), len(iface.Ports), "ports are only forwarded with the masquerade and passt bindings"))
 		}
