@@ -6,8 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/api/launcherpod"
+	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
 // A passt-only VMI's launcher Pod has no NET_ADMIN, NET_RAW or
