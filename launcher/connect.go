@@ -36,6 +36,9 @@ func (l *Launcher) connect(ctx context.Context) error {
 				return fmt.Errorf("launcher: serial console: %w", err)
 			}
 		}
+		if err := l.initialLinks(ctx); err != nil {
+			return err
+		}
 		for i, h := range l.cfg.Hooks {
 			if err := h(ctx, l.mon); err != nil {
 				return fmt.Errorf("launcher: pre-start hook %d: %w", i, err)

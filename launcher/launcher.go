@@ -71,6 +71,8 @@ type Config struct {
 	// Virtiofsd serves domain.devices.filesystems (default
 	// DefaultVirtiofsd).
 	Virtiofsd string
+	// Passt serves passt-bound interfaces (default DefaultPasst).
+	Passt string
 	// Accel forces "kvm" or "tcg"; "" decides by KVMProbe.
 	Accel string
 	// KVMProbe configures the probe used when Accel is "".
@@ -138,6 +140,7 @@ type Launcher struct {
 	place     *placement // placement.go
 	net       *netsetup.Result
 	netCancel context.CancelFunc
+	passt     []*passtProc // passt.go, one per passt-bound interface
 
 	// Exec's: the process, its cgroup and labels.
 	cmd      *exec.Cmd

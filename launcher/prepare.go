@@ -197,6 +197,14 @@ func (l *Launcher) network() error {
 	l.files = append([]*os.File(nil), l.cfg.ExtraFiles...)
 	for _, ir := range res.Interfaces {
 		nic := cmdline.NIC{Name: ir.Name, MAC: ir.MAC, Model: ir.Model, MTU: ir.MTU}
+		if ir.Passt != nil {
+			f, err := l.passtSocket(ir.Name, *ir.Passt)
+			if err != nil {
+				return err
+			}
+			nic.PasstFD = 3 + len(l.files)
+			l.files = append(l.files, f)
+		}
 		for _, f := range ir.TapFDs {
 			nic.TapFDs = append(nic.TapFDs, 3+len(l.files))
 			l.files = append(l.files, f)

@@ -47,6 +47,9 @@ func (l *Launcher) exec() error {
 	if err := l.startVirtiofsd(id, cgroupFD); err != nil {
 		return err
 	}
+	if err := l.startPasst(id); err != nil {
+		return err
+	}
 	cmd.Stdout = l.stderr
 	cmd.Stderr = l.stderr
 	cmd.ExtraFiles = l.files
@@ -57,6 +60,7 @@ func (l *Launcher) exec() error {
 	// as long as QEMU: its death is QEMU's parent-death signal.
 	exited, err := unpriv.Start(cmd, unpriv.Spec{Identity: id, Umask: 0o007, SELinuxLabel: l.label.Process})
 	l.closeQMPListener() // QEMU has its own copy, or will never start
+	l.closePasstQEMUEnds()
 	if err != nil {
 		return fmt.Errorf("launcher: starting %s: %w", l.cfg.QEMU, err)
 	}
@@ -105,6 +109,7 @@ func (l *Launcher) finish() {
 		// QEMU has ended (or never started): its filesystems' daemons go.
 		l.stopVirtiofsd()
 		l.removeHugepagesDir()
+		l.stopPasst()
 		l.mu.Lock()
 		if l.agent != nil {
 			l.agent.Close()

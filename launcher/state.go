@@ -95,6 +95,7 @@ type Interface struct {
 	GuestIP    string   // the address the guest leases, e.g. 10.0.2.2/24
 	InfoSource string   // "domain"
 	Queues     int
+	LinkDown   bool // the NIC's link is down (QMP set_link; link.go)
 }
 
 func (d Domain) String() string {
@@ -148,6 +149,7 @@ type eventKind int
 const (
 	evAccel         eventKind = iota + 1 // the accelerator is chosen
 	evNetwork                            // the pod network is wired
+	evLink                               // a NIC's link was set up or down (message: its name, on: up)
 	evExec                               // QEMU runs (pid, cgroup, SELinux label)
 	evStartFailed                        // a start step failed
 	evBooted                             // the launcher resumed the guest (cont)
@@ -193,6 +195,8 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 		d.Accel = ev.accel
 	case evNetwork:
 		d.Interfaces = ev.interfaces
+	case evLink:
+		d.Interfaces = withLink(d.Interfaces, ev.message, !ev.on)
 	case evExec:
 		d.PID, d.DeviceCgroup, d.SELinuxContext = ev.pid, ev.deviceCgroup, ev.selinuxContext
 	case evStartFailed:

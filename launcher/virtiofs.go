@@ -133,30 +133,36 @@ func (l *Launcher) startVirtiofsd(id unpriv.Identity, cgroupFD int) error {
 }
 
 // virtiofsdEnded: a virtiofsd that ends before the launcher stopped it
-// leaves its filesystem dead in the guest: the VM ends, QEMU killed, with
-// this as the reason (supervise).
+// leaves its filesystem dead in the guest: the VM ends (helperEnded).
 func (l *Launcher) virtiofsdEnded(d *virtiofsd) {
+	l.helperEnded("filesystem "+d.share.Name, "virtiofsd", d.err, d.out)
+}
+
+// helperEnded: a program QEMU depends on (virtiofsd, passt) ended before
+// the launcher stopped it: the VM ends, QEMU killed, with this as the
+// reason (supervise). what names the VMI's device, prog the program.
+func (l *Launcher) helperEnded(what, prog string, err error, out *tailBuffer) {
 	if l.fsStopping.Load() {
 		return
 	}
 	status := "an unknown status"
 	var ee *exec.ExitError
 	switch {
-	case d.err == nil:
+	case err == nil:
 		status = "status 0"
-	case errors.As(d.err, &ee):
+	case errors.As(err, &ee):
 		status = ee.ProcessState.String()
 	default:
-		status = d.err.Error()
+		status = err.Error()
 	}
-	cause := fmt.Sprintf("filesystem %s: virtiofsd ended (%s); QEMU was stopped", d.share.Name, status)
-	if out := d.out.String(); out != "" {
-		cause += ": " + out
+	cause := fmt.Sprintf("%s: %s ended (%s); QEMU was stopped", what, prog, status)
+	if s := out.String(); s != "" {
+		cause += ": " + s
 	}
 	if !l.fsFailure.CompareAndSwap(nil, &cause) {
 		return
 	}
-	klog.ErrorS(nil, "virtiofsd ended: stopping the VM", "filesystem", d.share.Name, "status", status, "vmi", klog.KObj(l.vmi))
+	klog.ErrorS(nil, prog+" ended: stopping the VM", "device", what, "status", status, "vmi", klog.KObj(l.vmi))
 	l.killQEMUFor()
 }
 

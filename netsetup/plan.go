@@ -31,6 +31,7 @@ type Binding string
 const (
 	BindingMasquerade Binding = "masquerade"
 	BindingBridge     Binding = "bridge"
+	BindingPasst      Binding = "passt" // passt.go: nothing wired, passt serves the guest
 )
 
 // Options are the launcher's choices, not the VMI's.
@@ -186,6 +187,11 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 			pi.Queues = queues
 		}
 		switch {
+		case iface.UsesPasst() && (iface.Masquerade != nil || iface.Bridge != nil):
+			errs = append(errs, field.Invalid(ip, iface.Name, "an interface has one binding: masquerade, bridge or passtBinding"))
+			continue
+		case iface.UsesPasst():
+			pi.Binding = BindingPasst
 		case iface.Masquerade != nil && iface.Bridge != nil:
 			errs = append(errs, field.Invalid(ip, iface.Name, "an interface has one binding: masquerade or bridge"))
 			continue
@@ -204,7 +210,7 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 				continue
 			}
 			pi.MAC = hw
-		} else if pi.Binding == BindingMasquerade {
+		} else if pi.Binding == BindingMasquerade || pi.Binding == BindingPasst {
 			pi.MAC = DeriveMAC(uidKey, iface.Name)
 		}
 		if pi.Binding == BindingBridge {
@@ -212,6 +218,9 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 			if len(iface.Ports) > 0 {
 				errs = append(errs, field.Invalid(ip.Child("ports"), len(iface.Ports), "ports are only forwarded with the masquerade binding"))
 			}
+		}
+		if pi.Binding == BindingPasst {
+			planPasst(&pi, ip, iface, &errs)
 		}
 		if pi.Binding == BindingMasquerade {
 			pi.Table = TableName(podIface)

@@ -47,6 +47,8 @@ type InterfaceResult struct {
 	// TapFDs are the tap's queues (len > 1: multiqueue), for QEMU's
 	// -netdev tap,fds=. Result.Close closes them: hand them to QEMU first.
 	TapFDs []*os.File
+	// Passt: the passt binding; the launcher runs passt with it (no taps).
+	Passt *PasstConfig
 }
 
 // Setup applies the plan in its network namespace: links, addresses,
@@ -104,6 +106,8 @@ func Setup(ctx context.Context, p *Plan) (*Result, error) {
 			ir, lease, err = setupMasquerade(ns, h, p, pi, pods[i])
 		case BindingBridge:
 			ir, lease, err = setupBridge(ns, h, p, pi, pods[i])
+		case BindingPasst:
+			ir = passtResult(pi, pods[i])
 		default:
 			err = fmt.Errorf("binding %q", pi.Binding)
 		}
@@ -111,6 +115,10 @@ func Setup(ctx context.Context, p *Plan) (*Result, error) {
 			return nil, r.fail(ctx, fmt.Errorf("interface %s (%s): %w", pi.Name, pi.Binding, err))
 		}
 		r.Interfaces = append(r.Interfaces, ir)
+		if pi.Binding == BindingPasst {
+			klog.InfoS("Interface ready", "vmi", p.VMI, "interface", pi.Name, "binding", pi.Binding, "mac", ir.MAC, "podIPs", ir.IPs)
+			continue // passt is the guest's DHCP server
+		}
 		lease.DNS, lease.Hostname, lease.Time = dns, pi.Hostname, p.LeaseTime
 		lease.DNS.Search = withSubdomain(dns.Search, pi.Subdomain)
 		srv, err := startDHCP(ctx, ns, pi.Bridge, lease)
@@ -252,6 +260,8 @@ func probe(h *netlink.Handle, pi *Interface) (*podLink, field.ErrorList, error) 
 		return probeMasquerade(h, pi, pl)
 	case BindingBridge:
 		return probeBridge(h, pi, pl)
+	case BindingPasst:
+		return probePasst(pi, pl)
 	}
 	return nil, field.ErrorList{field.NotSupported(pi.IfacePath, string(pi.Binding), []string{"masquerade", "bridge"})}, nil
 }

@@ -304,6 +304,20 @@ func (m *Monitor) NetdevDel(ctx context.Context, id string) error {
 	return m.Execute(ctx, "netdev_del", map[string]any{"id": id}, nil)
 }
 
+// SetLink sets the link of a NIC (the guest device's id, or its netdev's)
+// up or down: the guest sees its carrier come and go. QEMU refuses an
+// unknown name (a *Error, DeviceNotFound).
+func (m *Monitor) SetLink(ctx context.Context, name string, up bool) error {
+	if name == "" {
+		return errors.New("qmp: set_link: no device name")
+	}
+	args := struct {
+		Name string `json:"name"`
+		Up   bool   `json:"up"`
+	}{name, up}
+	return m.Execute(ctx, "set_link", args, nil)
+}
+
 // KeyValue is one key of send-key; kemu sends QEMU qcodes ("ctrl", "alt",
 // "delete", "a", "f1", …: QAPI's QKeyCode).
 type KeyValue struct {

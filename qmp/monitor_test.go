@@ -548,3 +548,49 @@ func TestSendKey(t *testing.T) {
 		})
 	}
 }
+
+// SetLink sends set_link with the device and the state; QEMU's error for an
+// unknown device comes back as a *Error.
+func TestSetLink(t *testing.T) {
+	for _, tc := range []struct {
+		name, dev string
+		up        bool
+		reply     string // "" = {}
+		want      string // the arguments QEMU gets
+		err       string
+	}{
+		{name: "down", dev: "net0", want: `{"name":"net0","up":false}`},
+		{name: "up", dev: "net0", up: true, want: `{"name":"net0","up":true}`},
+		{name: "unknown device", dev: "nope", up: true, want: `{"name":"nope","up":true}`,
+			reply: `{"class":"DeviceNotFound","desc":"Device 'nope' not found"}`, err: "not found"},
+		{name: "no name", err: "no device name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, f := connected(t)
+			done := async(func() error { return m.SetLink(ctxT(t), tc.dev, tc.up) })
+			if tc.want == "" {
+				if err := waitErr(t, done); err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			req := f.recv()
+			if req.Execute != "set_link" || string(req.Arguments) != tc.want {
+				t.Errorf("sent %s %s, want set_link %s", req.Execute, req.Arguments, tc.want)
+			}
+			if tc.reply != "" {
+				f.send(`{"error": ` + tc.reply + `, "id": ` + string(req.ID) + "}\n")
+			} else {
+				f.reply(req, `{}`)
+			}
+			err := waitErr(t, done)
+			var qe *Error
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatal(err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err) || !errors.As(err, &qe)):
+				t.Fatalf("err %v, want a *Error with %q", err, tc.err)
+			}
+		})
+	}
+}

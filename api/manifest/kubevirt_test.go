@@ -114,16 +114,16 @@ func TestKubeVirtFieldsKemuDoesNotDeclare(t *testing.T) {
 	unsupported := "Forbidden: " + validation.UnsupportedDetail
 	unknown := "Forbidden: " + UnknownFieldDetail
 	want := map[string]string{
-		"spec.template.spec.domain.rebootPolicy":                       unsupported,
-		"spec.template.spec.domain.memory.reservedOverhead":            unsupported,
-		"spec.template.spec.domain.devices.video":                      unsupported,
-		"spec.template.spec.domain.devices.panicDevices":               unsupported,
-		"spec.template.spec.domain.devices.interfaces[0].passtBinding": unsupported,
-		"spec.template.spec.domain.devices.interfaces[0].colour":       unknown,
-		"spec.template.spec.domain.devices.diskz":                      unknown,
-		"spec.template.spec.volumes[1].memoryDump":                     unsupported,
-		"spec.template.spec.volumes[2].containerDisk.sizeGB":           unknown,
-		"spec.template.spec.volumes[2].containerDisk.imagePullSecret":  unsupported,
+		"spec.template.spec.domain.rebootPolicy":                      unsupported,
+		"spec.template.spec.domain.memory.reservedOverhead":           unsupported,
+		"spec.template.spec.domain.devices.video":                     unsupported,
+		"spec.template.spec.domain.devices.panicDevices":              unsupported,
+		"spec.template.spec.domain.devices.interfaces[0].macvtap":     unsupported,
+		"spec.template.spec.domain.devices.interfaces[0].colour":      unknown,
+		"spec.template.spec.domain.devices.diskz":                     unknown,
+		"spec.template.spec.volumes[1].memoryDump":                    unsupported,
+		"spec.template.spec.volumes[2].containerDisk.sizeGB":          unknown,
+		"spec.template.spec.volumes[2].containerDisk.imagePullSecret": unsupported,
 	}
 	for p, w := range want {
 		if got[p] != w {

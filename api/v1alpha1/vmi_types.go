@@ -635,7 +635,7 @@ type CDRomTarget struct {
 }
 
 // Interface attaches the network of the same name to the guest.
-// +kubebuilder:validation:XValidation:rule="(has(self.bridge) ? 1 : 0) + (has(self.masquerade) ? 1 : 0) + (has(self.slirp) ? 1 : 0) + (has(self.sriov) ? 1 : 0) + (has(self.macvtap) ? 1 : 0) + (has(self.passt) ? 1 : 0) + (has(self.passtBinding) ? 1 : 0) + (has(self.binding) ? 1 : 0) <= 1",message="an interface has one binding: masquerade or bridge"
+// +kubebuilder:validation:XValidation:rule="(has(self.bridge) ? 1 : 0) + (has(self.masquerade) ? 1 : 0) + (has(self.slirp) ? 1 : 0) + (has(self.sriov) ? 1 : 0) + (has(self.macvtap) ? 1 : 0) + (has(self.passt) ? 1 : 0) + (has(self.passtBinding) ? 1 : 0) + (has(self.binding) ? 1 : 0) <= 1",message="an interface has one binding: masquerade, bridge or passtBinding"
 type Interface struct {
 	// Name is the name of the network this interface attaches.
 	// +kubebuilder:validation:MaxLength=63
@@ -650,25 +650,69 @@ type Interface struct {
 	// Masquerade puts the guest behind NAT on the pod interface.
 	// +optional
 	Masquerade *InterfaceMasquerade `json:"masquerade,omitempty"`
-	// Ports forwarded to the guest (masquerade only); empty means all.
+	// Ports forwarded to the guest (masquerade and passt); empty means all.
 	// +optional
 	Ports []Port `json:"ports,omitempty"`
 	// MacAddress of the guest NIC.
 	// +optional
 	MacAddress string `json:"macAddress,omitempty"`
 
-	Slirp        *Unsupported       `json:"slirp,omitempty"`
-	SRIOV        *Unsupported       `json:"sriov,omitempty"`
-	Macvtap      *Unsupported       `json:"macvtap,omitempty"`
-	Passt        *Unsupported       `json:"passt,omitempty"`
-	PasstBinding *Unsupported       `json:"passtBinding,omitempty"`
-	Binding      *Unsupported       `json:"binding,omitempty"`
-	BootOrder    *UnsupportedScalar `json:"bootOrder,omitempty"`
-	PCIAddress   *UnsupportedScalar `json:"pciAddress,omitempty"`
-	DHCPOptions  *Unsupported       `json:"dhcpOptions,omitempty"`
-	Tag          *UnsupportedScalar `json:"tag,omitempty"`
-	ACPIIndex    *UnsupportedScalar `json:"acpiIndex,omitempty"`
-	State        *UnsupportedScalar `json:"state,omitempty"`
+	Slirp   *Unsupported `json:"slirp,omitempty"`
+	SRIOV   *Unsupported `json:"sriov,omitempty"`
+	Macvtap *Unsupported `json:"macvtap,omitempty"`
+	// PasstBinding connects the guest to the pod network through passt
+	// (user-mode networking, KubeVirt ≥ 1.6's core binding): the guest gets
+	// the Pod's IP, MAC-independent, with no bridge, tap or NAT in the
+	// kernel. Ports, when listed, are the only ones forwarded; none means all.
+	// +optional
+	PasstBinding *InterfacePasstBinding `json:"passtBinding,omitempty"`
+	// Binding is a network binding plugin by name, as KubeVirt's
+	// (registered in the KubeVirt CR); kemu knows one, "passt", which is
+	// passtBinding.
+	// +optional
+	Binding *PluginBinding `json:"binding,omitempty"`
+	// State is the requested link state: up (default) or down, changeable
+	// on a running VMI. KubeVirt's "absent" (hot-unplug) is refused.
+	// +optional
+	// +kubebuilder:validation:Enum=up;down;absent
+	State InterfaceState `json:"state,omitempty"`
+
+	Passt       *Unsupported       `json:"passt,omitempty"`
+	BootOrder   *UnsupportedScalar `json:"bootOrder,omitempty"`
+	PCIAddress  *UnsupportedScalar `json:"pciAddress,omitempty"`
+	DHCPOptions *Unsupported       `json:"dhcpOptions,omitempty"`
+	Tag         *UnsupportedScalar `json:"tag,omitempty"`
+	ACPIIndex   *UnsupportedScalar `json:"acpiIndex,omitempty"`
+}
+
+// InterfacePasstBinding is the passt binding (KubeVirt's passtBinding).
+type InterfacePasstBinding struct{}
+
+// PluginBinding names a network binding plugin (KubeVirt's binding).
+type PluginBinding struct {
+	// Name of the binding; kemu supports "passt".
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+}
+
+// InterfaceState is an interface's requested link state.
+type InterfaceState string
+
+// Interface states, KubeVirt's.
+const (
+	InterfaceStateAbsent   InterfaceState = "absent"
+	InterfaceStateLinkUp   InterfaceState = "up"
+	InterfaceStateLinkDown InterfaceState = "down"
+)
+
+// PasstBindingPluginName is the binding plugin name kemu maps to
+// passtBinding (KubeVirt's passt network binding plugin).
+const PasstBindingPluginName = "passt"
+
+// UsesPasst: the interface is bound by passt (passtBinding or the passt
+// binding plugin).
+func (i *Interface) UsesPasst() bool {
+	return i.PasstBinding != nil || (i.Binding != nil && i.Binding.Name == PasstBindingPluginName)
 }
 
 // InterfaceBridge is the bridge binding.
@@ -1145,6 +1189,9 @@ type VirtualMachineInstanceNetworkInterface struct {
 	// (comma-separated).
 	// +optional
 	InfoSource string `json:"infoSource,omitempty"`
+	// LinkState is the NIC's current link state: up or down.
+	// +optional
+	LinkState string `json:"linkState,omitempty"`
 }
 
 // VirtualMachineInstanceGuestOSInfo is the guest OS as the agent reports it.

@@ -690,18 +690,20 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 		if !ok {
 			allErrs = append(allErrs, field.Invalid(p.Child("name"), iface.Name, "no network with this name"))
 		}
-		switch {
-		case iface.Bridge != nil && iface.Masquerade != nil:
-			allErrs = append(allErrs, field.Invalid(p, iface.Name, "an interface has one binding: masquerade or bridge"))
-		case iface.Bridge == nil && iface.Masquerade == nil:
-			if iface.Slirp == nil && iface.SRIOV == nil && iface.Macvtap == nil && iface.Passt == nil && iface.PasstBinding == nil && iface.Binding == nil {
-				allErrs = append(allErrs, field.Required(p.Child("masquerade"), "an interface needs a binding: masquerade or bridge"))
+		switch bindings := interfaceBindings(iface); {
+		case bindings > 1:
+			allErrs = append(allErrs, field.Invalid(p, iface.Name, "an interface has one binding: masquerade, bridge or passtBinding"))
+		case bindings == 0:
+			if iface.Slirp == nil && iface.SRIOV == nil && iface.Macvtap == nil && iface.Passt == nil {
+				allErrs = append(allErrs, field.Required(p.Child("masquerade"), "an interface needs a binding: masquerade, bridge or passtBinding"))
 			}
 		case iface.Masquerade != nil && ok && network.Pod == nil:
 			allErrs = append(allErrs, field.Invalid(p.Child("masquerade"), iface.Name, "masquerade is only for the pod network"))
 		}
-		if len(iface.Ports) > 0 && iface.Masquerade == nil {
-			allErrs = append(allErrs, field.Invalid(p.Child("ports"), len(iface.Ports), "ports are only forwarded with the masquerade binding"))
+		allErrs = append(allErrs, validatePasstInterface(p, iface, network, ok)...)
+		allErrs = append(allErrs, ValidateInterfaceState(p.Child("state"), iface.State)...)
+		if len(iface.Ports) > 0 && iface.Masquerade == nil && !iface.UsesPasst() {
+			allErrs = append(allErrs, field.Invalid(p.Child("ports"), len(iface.Ports), "ports are only forwarded with the masquerade and passt bindings"))
 		}
 		if iface.Model != "" {
 			allErrs = append(allErrs, oneOf(p.Child("model"), iface.Model, interfaceModels...)...)

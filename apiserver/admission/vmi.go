@@ -73,7 +73,7 @@ func (c Config) validateVMI(req *admissionv1.AdmissionRequest) *admissionv1.Admi
 // request annotation.
 func (c Config) validateVMIUpdate(req *admissionv1.AdmissionRequest, old, vmi *v1.VirtualMachineInstance) field.ErrorList {
 	var errs field.ErrorList
-	if !apiequality.Semantic.DeepEqual(old.Spec, vmi.Spec) {
+	if !apiequality.Semantic.DeepEqual(old.Spec, vmi.Spec) && !onlyLinkStatesDiffer(&old.Spec, &vmi.Spec) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"),
 			"a VirtualMachineInstance's spec is immutable; change its VirtualMachine, or delete and recreate it"))
 	}

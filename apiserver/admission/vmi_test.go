@@ -92,6 +92,14 @@ func TestValidateVMIHostDisks(t *testing.T) {
 // kemu's service accounts; everything else in metadata is free (adoption,
 // finalizers, labels).
 func TestValidateVMIUpdate(t *testing.T) {
+	withIface := func(state string) string {
+		st := ""
+		if state != "" {
+			st = ", state: " + state
+		}
+		s := strings.Replace(goodVMI, "    devices:\n", "    devices:\n      interfaces: [{name: default, passtBinding: {}"+st+"}]\n", 1)
+		return strings.Replace(s, "  volumes:\n", "  networks: [{name: default, pod: {}}]\n  volumes:\n", 1)
+	}
 	annotated := func(kv ...string) string {
 		s := "  annotations:\n"
 		for i := 0; i < len(kv); i += 2 {
@@ -109,6 +117,13 @@ func TestValidateVMIUpdate(t *testing.T) {
 		{name: "spec by a user", user: "alice", old: goodVMI, new: strings.Replace(goodVMI, "128Mi", "256Mi", 1),
 			want: []string{"spec: FieldValueForbidden"}},
 		{name: "spec by kemu", user: kemuController, old: goodVMI, new: strings.Replace(goodVMI, "128Mi", "256Mi", 1),
+			want: []string{"spec: FieldValueForbidden"}},
+		// interfaces[].state is the one live spec change (KubeVirt's link state).
+		{name: "link down by a user", user: "alice", old: withIface(""), new: withIface("down")},
+		{name: "link up by a user", user: "alice", old: withIface("down"), new: withIface("up")},
+		{name: "link absent", user: "alice", old: withIface(""), new: withIface("absent"),
+			want: []string{"spec: FieldValueForbidden"}},
+		{name: "link and memory", user: "alice", old: withIface(""), new: strings.Replace(withIface("down"), "128Mi", "256Mi", 1),
 			want: []string{"spec: FieldValueForbidden"}},
 		{name: "pause by a user", user: "alice", old: goodVMI, new: annotated("kemu.dev/paused", "true"),
 			want: []string{"metadata.annotations[kemu.dev/paused]: FieldValueForbidden"}},

@@ -42,6 +42,9 @@ var FilesystemCapabilities = []corev1.Capability{"SYS_CHROOT"}
 // launcherCapabilities are the compute container's capabilities for vmi.
 func launcherCapabilities(vmi *v1.VirtualMachineInstance) []corev1.Capability {
 	caps := append([]corev1.Capability(nil), LauncherCapabilities...)
+	if !NeedsTun(vmi) {
+		caps = withoutNetworkCapabilities(caps)
+	}
 	if len(vmi.Spec.Domain.Devices.Filesystems) > 0 {
 		caps = append(caps, FilesystemCapabilities...)
 	}

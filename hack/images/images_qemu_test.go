@@ -213,6 +213,7 @@ func TestKemuImages(t *testing.T) {
 			{[]string{"qemu-system-x86_64", "--version"}, 0, "QEMU emulator version"},
 			{[]string{"qemu-img", "--version"}, 0, "qemu-img version"},
 			{[]string{launcher.DefaultVirtiofsd, "--version"}, 0, "virtiofsd version 7.2"},
+			{[]string{launcher.DefaultPasst, "--version"}, 0, "passt"},
 			{[]string{"qemu-system-x86_64", "-accel", "help"}, 0, "tcg"},
 		},
 		"kemu-controller": {

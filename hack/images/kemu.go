@@ -58,10 +58,10 @@ const (
 	imagePATH   = "PATH=/usr/local/bin:/usr/bin:/bin"
 )
 
-// qemuBinaries are copied with their libraries: QEMU, qemu-img and the
+// qemuBinaries are copied with their libraries: QEMU, qemu-img, the
 // virtiofsd the launcher runs for filesystems (QEMU 7.2's, from
-// qemu-system-common).
-var qemuBinaries = []string{"/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", launcher.DefaultVirtiofsd}
+// qemu-system-common) and the passt it runs for passt-bound interfaces.
+var qemuBinaries = []string{"/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", launcher.DefaultVirtiofsd, launcher.DefaultPasst}
 
 // qemuDlopened are libraries QEMU loads at run time, which ldd does not list:
 // the TCG accelerator is a module in Debian's QEMU (without it -accel tcg
@@ -92,7 +92,7 @@ var qemuDataFiles = []string{
 // debianPackages are the packages whose files the qemu layer takes; their
 // versions become image labels.
 var debianPackages = []string{"qemu-system-x86", "qemu-system-common", "qemu-system-data", "qemu-utils",
-	"seabios", "ipxe-qemu", "ovmf", "libc6", "ca-certificates"}
+	"seabios", "ipxe-qemu", "ovmf", "libc6", "ca-certificates", "passt"}
 
 const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 

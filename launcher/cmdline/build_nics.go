@@ -58,6 +58,8 @@ func (b *builder) nics() {
 			dev.MTU = nic.MTU
 		}
 		switch {
+		case nic.PasstFD != 0:
+			b.passtNetdev(np, netdev, nic)
 		case len(nic.TapFDs) > 0 && nic.User != nil:
 			b.fail(np, "both TapFDs and User set")
 			return

@@ -151,6 +151,11 @@ var cases = []testCase{
 	{name: "tap-e1000", vmi: "tap-e1000", setup: func(t testing.TB, e env, in *Input) {
 		in.NICs = []NIC{{Name: "default", TapFDs: e.taps(t, 1)}}
 	}},
+	// QEMU starts with passt in launcher's TestPasst (a real passt, in a pod
+	// network namespace).
+	{name: "passt", vmi: "passt", noQEMU: true, setup: func(t testing.TB, e env, in *Input) {
+		in.NICs = []NIC{{Name: "default", PasstFD: 3}}
+	}},
 	{name: "usernet", vmi: "usernet", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		in.NICs = []NIC{{Name: "default", User: &UserNet{
 			Net: in.VMI.Spec.Networks[0].Pod.VMNetworkCIDR,

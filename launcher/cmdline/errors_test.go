@@ -204,6 +204,14 @@ func TestBuildErrors(t *testing.T) {
 		}, want: "Input.NICs[0].VhostFDs"},
 		{name: "stdio as tap fd", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default", TapFDs: []int{1}}} },
 			want: "Input.NICs[0]", rest: "fd 1"},
+		{name: "passt and tap", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default", PasstFD: 3, TapFDs: []int{4}}} },
+			want: "Input.NICs[0].PasstFD", rest: "with TapFDs or User"},
+		{name: "passt and vhost", yaml: netYAML, mod: func(in *Input) {
+			in.Facts.VhostNet = true
+			in.NICs = []NIC{{Name: "default", Model: "virtio", PasstFD: 3, VhostFDs: []int{4}}}
+		}, want: "Input.NICs[0].VhostFDs", rest: "needs a tap"},
+		{name: "stdio as passt fd", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default", PasstFD: 2}} },
+			want: "Input.NICs[0]", rest: "inherited fds start at 3"},
 		{name: "bad MAC", yaml: netYAML, mod: func(in *Input) { in.NICs = []NIC{{Name: "default", MAC: "02:00", TapFDs: []int{3}}} },
 			want: "Input.NICs[0].MAC"},
 		{name: "user net not IPv4", yaml: netYAML, mod: func(in *Input) {

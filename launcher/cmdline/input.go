@@ -76,6 +76,7 @@ type NIC struct {
 	VhostFDs []int    // vhost-net fds, one per tap fd; only when Facts.VhostNet
 	User     *UserNet // standalone mode (no taps): QEMU user networking (NAT)
 	MTU      int      // the link's MTU, told to a virtio guest (host_mtu); 0 = not told
+	PasstFD  int      // passt binding: QEMU's end of the socket pair with passt (inherited, ≥ 3); 0 = none
 }
 
 // UserNet is QEMU's user-mode (slirp) network: the guest gets the second

@@ -173,8 +173,12 @@ func (s *Server) reconcile(l *launcher.Launcher, vmi *v1.VirtualMachineInstance)
 	}
 	a, b := cur.Spec.DeepCopy(), vmi.Spec.DeepCopy()
 	a.TerminationGracePeriodSeconds, b.TerminationGracePeriodSeconds = nil, nil
+	links := linkChanges(a, b)
 	if changed := diffPaths("spec", a, b); len(changed) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "cannot change while the VM runs: %s", strings.Join(changed, ", "))
+	}
+	if err := s.applyLinks(l, links); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	s.vmi = vmi
@@ -368,7 +372,7 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 	}
 	for _, i := range d.Interfaces {
 		out.Interfaces = append(out.Interfaces, &rpc.DomainInterface{Name: i.Name, Mac: i.MAC, IpAddresses: i.IPs,
-			GuestIp: i.GuestIP, InfoSource: i.InfoSource, Queues: int32(i.Queues)})
+			GuestIp: i.GuestIP, InfoSource: i.InfoSource, Queues: int32(i.Queues), LinkState: linkState(i)})
 	}
 	if s.vmi != nil {
 		out.VmiUid = string(s.vmi.UID)

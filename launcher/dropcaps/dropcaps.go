@@ -15,7 +15,8 @@ import (
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 )
 
-// Keep are the capabilities a launcher keeps once its VM runs:
+// Keep are the capabilities a launcher keeps once its VM runs (those of
+// them it has):
 // KILL to signal QEMU (another user) when it must stop, NET_ADMIN to take
 // the VM's taps, bridge and nftables rules down when it ends. Everything
 // else (SYS_ADMIN, BPF, CHOWN, DAC_OVERRIDE, SETUID, …) served only the
@@ -42,6 +43,14 @@ func Launcher(qemu unpriv.Identity, keep ...cap.Value) error {
 				return fmt.Errorf("dropcaps: joining QEMU's group %d: %w", qemu.GID, err)
 			}
 		}
+	}
+	// A capability the launcher never had (NET_ADMIN in a passt-only
+	// launcher Pod, controller/template) cannot be kept: keep what it has.
+	if cur, err := cap.GetPID(0); err == nil {
+		keep = slices.DeleteFunc(slices.Clone(keep), func(c cap.Value) bool {
+			has, err := cur.GetFlag(cap.Permitted, c)
+			return err == nil && !has
+		})
 	}
 	if err := cap.ResetAmbient(); err != nil {
 		return fmt.Errorf("dropcaps: clearing ambient capabilities: %w", err)

@@ -349,6 +349,56 @@ func (RebootMethod) EnumDescriptor() ([]byte, []int) {
 	return file_launcher_proto_rawDescGZIP(), []int{4}
 }
 
+// LinkState is a NIC's link: up or down (KubeVirt's linkState).
+type LinkState int32
+
+const (
+	LinkState_LINK_STATE_UNSPECIFIED LinkState = 0
+	LinkState_LINK_STATE_UP          LinkState = 1
+	LinkState_LINK_STATE_DOWN        LinkState = 2
+)
+
+// Enum value maps for LinkState.
+var (
+	LinkState_name = map[int32]string{
+		0: "LINK_STATE_UNSPECIFIED",
+		1: "LINK_STATE_UP",
+		2: "LINK_STATE_DOWN",
+	}
+	LinkState_value = map[string]int32{
+		"LINK_STATE_UNSPECIFIED": 0,
+		"LINK_STATE_UP":          1,
+		"LINK_STATE_DOWN":        2,
+	}
+)
+
+func (x LinkState) Enum() *LinkState {
+	p := new(LinkState)
+	*p = x
+	return p
+}
+
+func (x LinkState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LinkState) Descriptor() protoreflect.EnumDescriptor {
+	return file_launcher_proto_enumTypes[5].Descriptor()
+}
+
+func (LinkState) Type() protoreflect.EnumType {
+	return &file_launcher_proto_enumTypes[5]
+}
+
+func (x LinkState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LinkState.Descriptor instead.
+func (LinkState) EnumDescriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{5}
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1070,9 +1120,10 @@ type DomainInterface struct {
 	// Where the cluster reaches the VM: the pod IPs.
 	IpAddresses []string `protobuf:"bytes,3,rep,name=ip_addresses,json=ipAddresses,proto3" json:"ip_addresses,omitempty"`
 	// The address the guest leases (masquerade), e.g. 10.0.2.2/24.
-	GuestIp       string `protobuf:"bytes,4,opt,name=guest_ip,json=guestIp,proto3" json:"guest_ip,omitempty"`
-	InfoSource    string `protobuf:"bytes,5,opt,name=info_source,json=infoSource,proto3" json:"info_source,omitempty"`
-	Queues        int32  `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`
+	GuestIp       string    `protobuf:"bytes,4,opt,name=guest_ip,json=guestIp,proto3" json:"guest_ip,omitempty"`
+	InfoSource    string    `protobuf:"bytes,5,opt,name=info_source,json=infoSource,proto3" json:"info_source,omitempty"`
+	Queues        int32     `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`
+	LinkState     LinkState `protobuf:"varint,7,opt,name=link_state,json=linkState,proto3,enum=kemu.launcher.v1.LinkState" json:"link_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1200,66 @@ func (x *DomainInterface) GetQueues() int32 {
 	return 0
 }
 
+func (x *DomainInterface) GetLinkState() LinkState {
+	if x != nil {
+		return x.LinkState
+	}
+	return LinkState_LINK_STATE_UNSPECIFIED
+}
+
+type SetLinkStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The VMI interface's name.
+	Interface     string    `protobuf:"bytes,1,opt,name=interface,proto3" json:"interface,omitempty"`
+	State         LinkState `protobuf:"varint,2,opt,name=state,proto3,enum=kemu.launcher.v1.LinkState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLinkStateRequest) Reset() {
+	*x = SetLinkStateRequest{}
+	mi := &file_launcher_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLinkStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLinkStateRequest) ProtoMessage() {}
+
+func (x *SetLinkStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLinkStateRequest.ProtoReflect.Descriptor instead.
+func (*SetLinkStateRequest) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetLinkStateRequest) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *SetLinkStateRequest) GetState() LinkState {
+	if x != nil {
+		return x.State
+	}
+	return LinkState_LINK_STATE_UNSPECIFIED
+}
+
 type DomainResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
@@ -1158,7 +1269,7 @@ type DomainResponse struct {
 
 func (x *DomainResponse) Reset() {
 	*x = DomainResponse{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1281,7 @@ func (x *DomainResponse) String() string {
 func (*DomainResponse) ProtoMessage() {}
 
 func (x *DomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1294,7 @@ func (x *DomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainResponse.ProtoReflect.Descriptor instead.
 func (*DomainResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DomainResponse) GetDomain() *Domain {
@@ -1203,7 +1314,7 @@ type SoftRebootResponse struct {
 
 func (x *SoftRebootResponse) Reset() {
 	*x = SoftRebootResponse{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1326,7 @@ func (x *SoftRebootResponse) String() string {
 func (*SoftRebootResponse) ProtoMessage() {}
 
 func (x *SoftRebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1339,7 @@ func (x *SoftRebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SoftRebootResponse.ProtoReflect.Descriptor instead.
 func (*SoftRebootResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SoftRebootResponse) GetMethod() RebootMethod {
@@ -1253,7 +1364,7 @@ type VCPU struct {
 
 func (x *VCPU) Reset() {
 	*x = VCPU{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1376,7 @@ func (x *VCPU) String() string {
 func (*VCPU) ProtoMessage() {}
 
 func (x *VCPU) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1389,7 @@ func (x *VCPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPU.ProtoReflect.Descriptor instead.
 func (*VCPU) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *VCPU) GetIndex() int32 {
@@ -1332,7 +1443,7 @@ type BlockStat struct {
 
 func (x *BlockStat) Reset() {
 	*x = BlockStat{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1455,7 @@ func (x *BlockStat) String() string {
 func (*BlockStat) ProtoMessage() {}
 
 func (x *BlockStat) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1468,7 @@ func (x *BlockStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStat.ProtoReflect.Descriptor instead.
 func (*BlockStat) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BlockStat) GetDevice() string {
@@ -1458,7 +1569,7 @@ type GuestMemoryStats struct {
 
 func (x *GuestMemoryStats) Reset() {
 	*x = GuestMemoryStats{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1581,7 @@ func (x *GuestMemoryStats) String() string {
 func (*GuestMemoryStats) ProtoMessage() {}
 
 func (x *GuestMemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1594,7 @@ func (x *GuestMemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestMemoryStats.ProtoReflect.Descriptor instead.
 func (*GuestMemoryStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GuestMemoryStats) GetTotalBytes() int64 {
@@ -1569,7 +1680,7 @@ type InterfaceStat struct {
 
 func (x *InterfaceStat) Reset() {
 	*x = InterfaceStat{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1692,7 @@ func (x *InterfaceStat) String() string {
 func (*InterfaceStat) ProtoMessage() {}
 
 func (x *InterfaceStat) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1705,7 @@ func (x *InterfaceStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceStat.ProtoReflect.Descriptor instead.
 func (*InterfaceStat) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InterfaceStat) GetName() string {
@@ -1685,7 +1796,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1808,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1821,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatsResponse) GetVcpus() []*VCPU {
@@ -1787,7 +1898,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1910,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1923,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -1855,7 +1966,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1978,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1991,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -1971,7 +2082,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2094,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2107,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchRequest) GetFromSeq() int64 {
@@ -2026,7 +2137,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2149,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2162,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchEvent) GetEvent() isWatchEvent_Event {
@@ -2106,7 +2217,7 @@ type QmpEvent struct {
 
 func (x *QmpEvent) Reset() {
 	*x = QmpEvent{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2229,7 @@ func (x *QmpEvent) String() string {
 func (*QmpEvent) ProtoMessage() {}
 
 func (x *QmpEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2242,7 @@ func (x *QmpEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpEvent.ProtoReflect.Descriptor instead.
 func (*QmpEvent) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QmpEvent) GetName() string {
@@ -2164,7 +2275,7 @@ type QmpRequest struct {
 
 func (x *QmpRequest) Reset() {
 	*x = QmpRequest{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2287,7 @@ func (x *QmpRequest) String() string {
 func (*QmpRequest) ProtoMessage() {}
 
 func (x *QmpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2300,7 @@ func (x *QmpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpRequest.ProtoReflect.Descriptor instead.
 func (*QmpRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QmpRequest) GetCommandJson() string {
@@ -2208,7 +2319,7 @@ type QmpResponse struct {
 
 func (x *QmpResponse) Reset() {
 	*x = QmpResponse{}
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2331,7 @@ func (x *QmpResponse) String() string {
 func (*QmpResponse) ProtoMessage() {}
 
 func (x *QmpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2344,7 @@ func (x *QmpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QmpResponse.ProtoReflect.Descriptor instead.
 func (*QmpResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{24}
+	return file_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QmpResponse) GetReplyJson() string {
@@ -2252,7 +2363,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2375,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2388,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{25}
+	return file_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConsoleInput) GetData() []byte {
@@ -2296,7 +2407,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2419,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2432,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{26}
+	return file_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -2340,7 +2451,7 @@ type StreamData struct {
 
 func (x *StreamData) Reset() {
 	*x = StreamData{}
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2463,7 @@ func (x *StreamData) String() string {
 func (*StreamData) ProtoMessage() {}
 
 func (x *StreamData) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2476,7 @@ func (x *StreamData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamData.ProtoReflect.Descriptor instead.
 func (*StreamData) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{27}
+	return file_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StreamData) GetData() []byte {
@@ -2387,7 +2498,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2510,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2523,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{28}
+	return file_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GuestUser) GetUserName() string {
@@ -2445,7 +2556,7 @@ type GuestUsersResponse struct {
 
 func (x *GuestUsersResponse) Reset() {
 	*x = GuestUsersResponse{}
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2568,7 @@ func (x *GuestUsersResponse) String() string {
 func (*GuestUsersResponse) ProtoMessage() {}
 
 func (x *GuestUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2581,7 @@ func (x *GuestUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUsersResponse.ProtoReflect.Descriptor instead.
 func (*GuestUsersResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{29}
+	return file_launcher_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GuestUsersResponse) GetUsers() []*GuestUser {
@@ -2490,7 +2601,7 @@ type GuestFilesystemDisk struct {
 
 func (x *GuestFilesystemDisk) Reset() {
 	*x = GuestFilesystemDisk{}
-	mi := &file_launcher_proto_msgTypes[30]
+	mi := &file_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2613,7 @@ func (x *GuestFilesystemDisk) String() string {
 func (*GuestFilesystemDisk) ProtoMessage() {}
 
 func (x *GuestFilesystemDisk) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[30]
+	mi := &file_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2626,7 @@ func (x *GuestFilesystemDisk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystemDisk.ProtoReflect.Descriptor instead.
 func (*GuestFilesystemDisk) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{30}
+	return file_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GuestFilesystemDisk) GetSerial() string {
@@ -2546,7 +2657,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_launcher_proto_msgTypes[31]
+	mi := &file_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2669,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[31]
+	mi := &file_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2682,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{31}
+	return file_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GuestFilesystem) GetDiskName() string {
@@ -2625,7 +2736,7 @@ type GuestFilesystemsResponse struct {
 
 func (x *GuestFilesystemsResponse) Reset() {
 	*x = GuestFilesystemsResponse{}
-	mi := &file_launcher_proto_msgTypes[32]
+	mi := &file_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2748,7 @@ func (x *GuestFilesystemsResponse) String() string {
 func (*GuestFilesystemsResponse) ProtoMessage() {}
 
 func (x *GuestFilesystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[32]
+	mi := &file_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2761,7 @@ func (x *GuestFilesystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystemsResponse.ProtoReflect.Descriptor instead.
 func (*GuestFilesystemsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{32}
+	return file_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GuestFilesystemsResponse) GetFilesystems() []*GuestFilesystem {
@@ -2677,7 +2788,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[33]
+	mi := &file_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2800,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[33]
+	mi := &file_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2813,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{33}
+	return file_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MigrateRequest) GetMainSocket() string {
@@ -2752,7 +2863,7 @@ type MigrationOptions struct {
 
 func (x *MigrationOptions) Reset() {
 	*x = MigrationOptions{}
-	mi := &file_launcher_proto_msgTypes[34]
+	mi := &file_launcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +2875,7 @@ func (x *MigrationOptions) String() string {
 func (*MigrationOptions) ProtoMessage() {}
 
 func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[34]
+	mi := &file_launcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +2888,7 @@ func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
 func (*MigrationOptions) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{34}
+	return file_launcher_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MigrationOptions) GetBandwidthBytesPerSecond() int64 {
@@ -2837,7 +2948,7 @@ type PrepareMigrationTargetResponse struct {
 
 func (x *PrepareMigrationTargetResponse) Reset() {
 	*x = PrepareMigrationTargetResponse{}
-	mi := &file_launcher_proto_msgTypes[35]
+	mi := &file_launcher_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2960,7 @@ func (x *PrepareMigrationTargetResponse) String() string {
 func (*PrepareMigrationTargetResponse) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[35]
+	mi := &file_launcher_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +2973,7 @@ func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{35}
+	return file_launcher_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PrepareMigrationTargetResponse) GetMainSocket() string {
@@ -2903,7 +3014,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_launcher_proto_msgTypes[36]
+	mi := &file_launcher_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3026,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[36]
+	mi := &file_launcher_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3039,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{36}
+	return file_launcher_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GuestExecRequest) GetCommand() []string {
@@ -2949,7 +3060,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_launcher_proto_msgTypes[37]
+	mi := &file_launcher_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3072,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[37]
+	mi := &file_launcher_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3085,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{37}
+	return file_launcher_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -3053,7 +3164,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\n" +
 	"interfaces\x18\x10 \x03(\v2!.kemu.launcher.v1.DomainInterfaceR\n" +
 	"interfaces\x12>\n" +
-	"\tmigration\x18\x13 \x01(\v2 .kemu.launcher.v1.MigrationStateR\tmigrationJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xae\x01\n" +
+	"\tmigration\x18\x13 \x01(\v2 .kemu.launcher.v1.MigrationStateR\tmigrationJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xea\x01\n" +
 	"\x0fDomainInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +
@@ -3061,7 +3172,12 @@ const file_launcher_proto_rawDesc = "" +
 	"\bguest_ip\x18\x04 \x01(\tR\aguestIp\x12\x1f\n" +
 	"\vinfo_source\x18\x05 \x01(\tR\n" +
 	"infoSource\x12\x16\n" +
-	"\x06queues\x18\x06 \x01(\x05R\x06queues\"B\n" +
+	"\x06queues\x18\x06 \x01(\x05R\x06queues\x12:\n" +
+	"\n" +
+	"link_state\x18\a \x01(\x0e2\x1b.kemu.launcher.v1.LinkStateR\tlinkState\"f\n" +
+	"\x13SetLinkStateRequest\x12\x1c\n" +
+	"\tinterface\x18\x01 \x01(\tR\tinterface\x121\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1b.kemu.launcher.v1.LinkStateR\x05state\"B\n" +
 	"\x0eDomainResponse\x120\n" +
 	"\x06domain\x18\x01 \x01(\v2\x18.kemu.launcher.v1.DomainR\x06domain\"L\n" +
 	"\x12SoftRebootResponse\x126\n" +
@@ -3271,7 +3387,11 @@ const file_launcher_proto_rawDesc = "" +
 	"\x19REBOOT_METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"GuestAgent\x10\x01\x12\x11\n" +
-	"\rCtrlAltDelete\x10\x022\xee\r\n" +
+	"\rCtrlAltDelete\x10\x02*O\n" +
+	"\tLinkState\x12\x1a\n" +
+	"\x16LINK_STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rLINK_STATE_UP\x10\x01\x12\x13\n" +
+	"\x0fLINK_STATE_DOWN\x10\x022\xbe\x0e\n" +
 	"\bLauncher\x12E\n" +
 	"\x04Info\x12\x1d.kemu.launcher.v1.InfoRequest\x1a\x1e.kemu.launcher.v1.InfoResponse\x12E\n" +
 	"\x04Ping\x12\x1d.kemu.launcher.v1.PingRequest\x1a\x1e.kemu.launcher.v1.PingResponse\x12E\n" +
@@ -3280,7 +3400,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\aUnpause\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12O\n" +
 	"\bShutdown\x12!.kemu.launcher.v1.ShutdownRequest\x1a .kemu.launcher.v1.DomainResponse\x12A\n" +
 	"\x04Kill\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x129\n" +
-	"\x05Reset\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12K\n" +
+	"\x05Reset\x12\x17.kemu.launcher.v1.Empty\x1a\x17.kemu.launcher.v1.Empty\x12N\n" +
+	"\fSetLinkState\x12%.kemu.launcher.v1.SetLinkStateRequest\x1a\x17.kemu.launcher.v1.Empty\x12K\n" +
 	"\n" +
 	"SoftReboot\x12\x17.kemu.launcher.v1.Empty\x1a$.kemu.launcher.v1.SoftRebootResponse\x12F\n" +
 	"\tGetDomain\x12\x17.kemu.launcher.v1.Empty\x1a .kemu.launcher.v1.DomainResponse\x12D\n" +
@@ -3312,129 +3433,135 @@ func file_launcher_proto_rawDescGZIP() []byte {
 	return file_launcher_proto_rawDescData
 }
 
-var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_launcher_proto_goTypes = []any{
 	(DomainState)(0),                       // 0: kemu.launcher.v1.DomainState
 	(DomainReason)(0),                      // 1: kemu.launcher.v1.DomainReason
 	(MigrationRole)(0),                     // 2: kemu.launcher.v1.MigrationRole
 	(MigrationMode)(0),                     // 3: kemu.launcher.v1.MigrationMode
 	(RebootMethod)(0),                      // 4: kemu.launcher.v1.RebootMethod
-	(*Empty)(nil),                          // 5: kemu.launcher.v1.Empty
-	(*InfoRequest)(nil),                    // 6: kemu.launcher.v1.InfoRequest
-	(*InfoResponse)(nil),                   // 7: kemu.launcher.v1.InfoResponse
-	(*PingRequest)(nil),                    // 8: kemu.launcher.v1.PingRequest
-	(*PingResponse)(nil),                   // 9: kemu.launcher.v1.PingResponse
-	(*SyncRequest)(nil),                    // 10: kemu.launcher.v1.SyncRequest
-	(*SyncResponse)(nil),                   // 11: kemu.launcher.v1.SyncResponse
-	(*ShutdownRequest)(nil),                // 12: kemu.launcher.v1.ShutdownRequest
-	(*MigrationState)(nil),                 // 13: kemu.launcher.v1.MigrationState
-	(*Domain)(nil),                         // 14: kemu.launcher.v1.Domain
-	(*DomainInterface)(nil),                // 15: kemu.launcher.v1.DomainInterface
-	(*DomainResponse)(nil),                 // 16: kemu.launcher.v1.DomainResponse
-	(*SoftRebootResponse)(nil),             // 17: kemu.launcher.v1.SoftRebootResponse
-	(*VCPU)(nil),                           // 18: kemu.launcher.v1.VCPU
-	(*BlockStat)(nil),                      // 19: kemu.launcher.v1.BlockStat
-	(*GuestMemoryStats)(nil),               // 20: kemu.launcher.v1.GuestMemoryStats
-	(*InterfaceStat)(nil),                  // 21: kemu.launcher.v1.InterfaceStat
-	(*StatsResponse)(nil),                  // 22: kemu.launcher.v1.StatsResponse
-	(*GuestInterface)(nil),                 // 23: kemu.launcher.v1.GuestInterface
-	(*GuestInfoResponse)(nil),              // 24: kemu.launcher.v1.GuestInfoResponse
-	(*WatchRequest)(nil),                   // 25: kemu.launcher.v1.WatchRequest
-	(*WatchEvent)(nil),                     // 26: kemu.launcher.v1.WatchEvent
-	(*QmpEvent)(nil),                       // 27: kemu.launcher.v1.QmpEvent
-	(*QmpRequest)(nil),                     // 28: kemu.launcher.v1.QmpRequest
-	(*QmpResponse)(nil),                    // 29: kemu.launcher.v1.QmpResponse
-	(*ConsoleInput)(nil),                   // 30: kemu.launcher.v1.ConsoleInput
-	(*ConsoleOutput)(nil),                  // 31: kemu.launcher.v1.ConsoleOutput
-	(*StreamData)(nil),                     // 32: kemu.launcher.v1.StreamData
-	(*GuestUser)(nil),                      // 33: kemu.launcher.v1.GuestUser
-	(*GuestUsersResponse)(nil),             // 34: kemu.launcher.v1.GuestUsersResponse
-	(*GuestFilesystemDisk)(nil),            // 35: kemu.launcher.v1.GuestFilesystemDisk
-	(*GuestFilesystem)(nil),                // 36: kemu.launcher.v1.GuestFilesystem
-	(*GuestFilesystemsResponse)(nil),       // 37: kemu.launcher.v1.GuestFilesystemsResponse
-	(*MigrateRequest)(nil),                 // 38: kemu.launcher.v1.MigrateRequest
-	(*MigrationOptions)(nil),               // 39: kemu.launcher.v1.MigrationOptions
-	(*PrepareMigrationTargetResponse)(nil), // 40: kemu.launcher.v1.PrepareMigrationTargetResponse
-	(*GuestExecRequest)(nil),               // 41: kemu.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 42: kemu.launcher.v1.GuestExecResponse
+	(LinkState)(0),                         // 5: kemu.launcher.v1.LinkState
+	(*Empty)(nil),                          // 6: kemu.launcher.v1.Empty
+	(*InfoRequest)(nil),                    // 7: kemu.launcher.v1.InfoRequest
+	(*InfoResponse)(nil),                   // 8: kemu.launcher.v1.InfoResponse
+	(*PingRequest)(nil),                    // 9: kemu.launcher.v1.PingRequest
+	(*PingResponse)(nil),                   // 10: kemu.launcher.v1.PingResponse
+	(*SyncRequest)(nil),                    // 11: kemu.launcher.v1.SyncRequest
+	(*SyncResponse)(nil),                   // 12: kemu.launcher.v1.SyncResponse
+	(*ShutdownRequest)(nil),                // 13: kemu.launcher.v1.ShutdownRequest
+	(*MigrationState)(nil),                 // 14: kemu.launcher.v1.MigrationState
+	(*Domain)(nil),                         // 15: kemu.launcher.v1.Domain
+	(*DomainInterface)(nil),                // 16: kemu.launcher.v1.DomainInterface
+	(*SetLinkStateRequest)(nil),            // 17: kemu.launcher.v1.SetLinkStateRequest
+	(*DomainResponse)(nil),                 // 18: kemu.launcher.v1.DomainResponse
+	(*SoftRebootResponse)(nil),             // 19: kemu.launcher.v1.SoftRebootResponse
+	(*VCPU)(nil),                           // 20: kemu.launcher.v1.VCPU
+	(*BlockStat)(nil),                      // 21: kemu.launcher.v1.BlockStat
+	(*GuestMemoryStats)(nil),               // 22: kemu.launcher.v1.GuestMemoryStats
+	(*InterfaceStat)(nil),                  // 23: kemu.launcher.v1.InterfaceStat
+	(*StatsResponse)(nil),                  // 24: kemu.launcher.v1.StatsResponse
+	(*GuestInterface)(nil),                 // 25: kemu.launcher.v1.GuestInterface
+	(*GuestInfoResponse)(nil),              // 26: kemu.launcher.v1.GuestInfoResponse
+	(*WatchRequest)(nil),                   // 27: kemu.launcher.v1.WatchRequest
+	(*WatchEvent)(nil),                     // 28: kemu.launcher.v1.WatchEvent
+	(*QmpEvent)(nil),                       // 29: kemu.launcher.v1.QmpEvent
+	(*QmpRequest)(nil),                     // 30: kemu.launcher.v1.QmpRequest
+	(*QmpResponse)(nil),                    // 31: kemu.launcher.v1.QmpResponse
+	(*ConsoleInput)(nil),                   // 32: kemu.launcher.v1.ConsoleInput
+	(*ConsoleOutput)(nil),                  // 33: kemu.launcher.v1.ConsoleOutput
+	(*StreamData)(nil),                     // 34: kemu.launcher.v1.StreamData
+	(*GuestUser)(nil),                      // 35: kemu.launcher.v1.GuestUser
+	(*GuestUsersResponse)(nil),             // 36: kemu.launcher.v1.GuestUsersResponse
+	(*GuestFilesystemDisk)(nil),            // 37: kemu.launcher.v1.GuestFilesystemDisk
+	(*GuestFilesystem)(nil),                // 38: kemu.launcher.v1.GuestFilesystem
+	(*GuestFilesystemsResponse)(nil),       // 39: kemu.launcher.v1.GuestFilesystemsResponse
+	(*MigrateRequest)(nil),                 // 40: kemu.launcher.v1.MigrateRequest
+	(*MigrationOptions)(nil),               // 41: kemu.launcher.v1.MigrationOptions
+	(*PrepareMigrationTargetResponse)(nil), // 42: kemu.launcher.v1.PrepareMigrationTargetResponse
+	(*GuestExecRequest)(nil),               // 43: kemu.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 44: kemu.launcher.v1.GuestExecResponse
 }
 var file_launcher_proto_depIdxs = []int32{
-	14, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
+	15, // 0: kemu.launcher.v1.SyncResponse.domain:type_name -> kemu.launcher.v1.Domain
 	2,  // 1: kemu.launcher.v1.MigrationState.role:type_name -> kemu.launcher.v1.MigrationRole
 	3,  // 2: kemu.launcher.v1.MigrationState.mode:type_name -> kemu.launcher.v1.MigrationMode
 	0,  // 3: kemu.launcher.v1.Domain.state:type_name -> kemu.launcher.v1.DomainState
 	1,  // 4: kemu.launcher.v1.Domain.reason:type_name -> kemu.launcher.v1.DomainReason
-	15, // 5: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
-	13, // 6: kemu.launcher.v1.Domain.migration:type_name -> kemu.launcher.v1.MigrationState
-	14, // 7: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
-	4,  // 8: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.RebootMethod
-	18, // 9: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
-	19, // 10: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
-	20, // 11: kemu.launcher.v1.StatsResponse.guest_memory:type_name -> kemu.launcher.v1.GuestMemoryStats
-	21, // 12: kemu.launcher.v1.StatsResponse.interfaces:type_name -> kemu.launcher.v1.InterfaceStat
-	13, // 13: kemu.launcher.v1.StatsResponse.migration:type_name -> kemu.launcher.v1.MigrationState
-	23, // 14: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
-	14, // 15: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
-	27, // 16: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
-	33, // 17: kemu.launcher.v1.GuestUsersResponse.users:type_name -> kemu.launcher.v1.GuestUser
-	35, // 18: kemu.launcher.v1.GuestFilesystem.disks:type_name -> kemu.launcher.v1.GuestFilesystemDisk
-	36, // 19: kemu.launcher.v1.GuestFilesystemsResponse.filesystems:type_name -> kemu.launcher.v1.GuestFilesystem
-	39, // 20: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
-	14, // 21: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
-	6,  // 22: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
-	8,  // 23: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
-	10, // 24: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
-	5,  // 25: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
-	5,  // 26: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
-	12, // 27: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
-	5,  // 28: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
-	5,  // 29: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
-	5,  // 30: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
-	5,  // 31: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
-	5,  // 32: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
-	5,  // 33: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
-	5,  // 34: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
-	5,  // 35: kemu.launcher.v1.Launcher.GuestUsers:input_type -> kemu.launcher.v1.Empty
-	5,  // 36: kemu.launcher.v1.Launcher.GuestFilesystems:input_type -> kemu.launcher.v1.Empty
-	25, // 37: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
-	28, // 38: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
-	30, // 39: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
-	32, // 40: kemu.launcher.v1.Launcher.Vnc:input_type -> kemu.launcher.v1.StreamData
-	38, // 41: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
-	10, // 42: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
-	5,  // 43: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
-	5,  // 44: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
-	41, // 45: kemu.launcher.v1.Launcher.GuestExec:input_type -> kemu.launcher.v1.GuestExecRequest
-	7,  // 46: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
-	9,  // 47: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
-	11, // 48: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
-	5,  // 49: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
-	5,  // 50: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
-	16, // 51: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
-	16, // 52: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
-	5,  // 53: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
-	17, // 54: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
-	16, // 55: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
-	22, // 56: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
-	5,  // 57: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
-	24, // 58: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
-	34, // 59: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
-	37, // 60: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
-	26, // 61: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
-	29, // 62: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
-	31, // 63: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
-	32, // 64: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
-	5,  // 65: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
-	40, // 66: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
-	5,  // 67: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
-	5,  // 68: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
-	42, // 69: kemu.launcher.v1.Launcher.GuestExec:output_type -> kemu.launcher.v1.GuestExecResponse
-	46, // [46:70] is the sub-list for method output_type
-	22, // [22:46] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	16, // 5: kemu.launcher.v1.Domain.interfaces:type_name -> kemu.launcher.v1.DomainInterface
+	14, // 6: kemu.launcher.v1.Domain.migration:type_name -> kemu.launcher.v1.MigrationState
+	5,  // 7: kemu.launcher.v1.DomainInterface.link_state:type_name -> kemu.launcher.v1.LinkState
+	5,  // 8: kemu.launcher.v1.SetLinkStateRequest.state:type_name -> kemu.launcher.v1.LinkState
+	15, // 9: kemu.launcher.v1.DomainResponse.domain:type_name -> kemu.launcher.v1.Domain
+	4,  // 10: kemu.launcher.v1.SoftRebootResponse.method:type_name -> kemu.launcher.v1.RebootMethod
+	20, // 11: kemu.launcher.v1.StatsResponse.vcpus:type_name -> kemu.launcher.v1.VCPU
+	21, // 12: kemu.launcher.v1.StatsResponse.blocks:type_name -> kemu.launcher.v1.BlockStat
+	22, // 13: kemu.launcher.v1.StatsResponse.guest_memory:type_name -> kemu.launcher.v1.GuestMemoryStats
+	23, // 14: kemu.launcher.v1.StatsResponse.interfaces:type_name -> kemu.launcher.v1.InterfaceStat
+	14, // 15: kemu.launcher.v1.StatsResponse.migration:type_name -> kemu.launcher.v1.MigrationState
+	25, // 16: kemu.launcher.v1.GuestInfoResponse.interfaces:type_name -> kemu.launcher.v1.GuestInterface
+	15, // 17: kemu.launcher.v1.WatchEvent.domain:type_name -> kemu.launcher.v1.Domain
+	29, // 18: kemu.launcher.v1.WatchEvent.qmp_event:type_name -> kemu.launcher.v1.QmpEvent
+	35, // 19: kemu.launcher.v1.GuestUsersResponse.users:type_name -> kemu.launcher.v1.GuestUser
+	37, // 20: kemu.launcher.v1.GuestFilesystem.disks:type_name -> kemu.launcher.v1.GuestFilesystemDisk
+	38, // 21: kemu.launcher.v1.GuestFilesystemsResponse.filesystems:type_name -> kemu.launcher.v1.GuestFilesystem
+	41, // 22: kemu.launcher.v1.MigrateRequest.options:type_name -> kemu.launcher.v1.MigrationOptions
+	15, // 23: kemu.launcher.v1.PrepareMigrationTargetResponse.domain:type_name -> kemu.launcher.v1.Domain
+	7,  // 24: kemu.launcher.v1.Launcher.Info:input_type -> kemu.launcher.v1.InfoRequest
+	9,  // 25: kemu.launcher.v1.Launcher.Ping:input_type -> kemu.launcher.v1.PingRequest
+	11, // 26: kemu.launcher.v1.Launcher.Sync:input_type -> kemu.launcher.v1.SyncRequest
+	6,  // 27: kemu.launcher.v1.Launcher.Pause:input_type -> kemu.launcher.v1.Empty
+	6,  // 28: kemu.launcher.v1.Launcher.Unpause:input_type -> kemu.launcher.v1.Empty
+	13, // 29: kemu.launcher.v1.Launcher.Shutdown:input_type -> kemu.launcher.v1.ShutdownRequest
+	6,  // 30: kemu.launcher.v1.Launcher.Kill:input_type -> kemu.launcher.v1.Empty
+	6,  // 31: kemu.launcher.v1.Launcher.Reset:input_type -> kemu.launcher.v1.Empty
+	17, // 32: kemu.launcher.v1.Launcher.SetLinkState:input_type -> kemu.launcher.v1.SetLinkStateRequest
+	6,  // 33: kemu.launcher.v1.Launcher.SoftReboot:input_type -> kemu.launcher.v1.Empty
+	6,  // 34: kemu.launcher.v1.Launcher.GetDomain:input_type -> kemu.launcher.v1.Empty
+	6,  // 35: kemu.launcher.v1.Launcher.GetStats:input_type -> kemu.launcher.v1.Empty
+	6,  // 36: kemu.launcher.v1.Launcher.GuestPing:input_type -> kemu.launcher.v1.Empty
+	6,  // 37: kemu.launcher.v1.Launcher.GuestInfo:input_type -> kemu.launcher.v1.Empty
+	6,  // 38: kemu.launcher.v1.Launcher.GuestUsers:input_type -> kemu.launcher.v1.Empty
+	6,  // 39: kemu.launcher.v1.Launcher.GuestFilesystems:input_type -> kemu.launcher.v1.Empty
+	27, // 40: kemu.launcher.v1.Launcher.WatchDomain:input_type -> kemu.launcher.v1.WatchRequest
+	30, // 41: kemu.launcher.v1.Launcher.Qmp:input_type -> kemu.launcher.v1.QmpRequest
+	32, // 42: kemu.launcher.v1.Launcher.Console:input_type -> kemu.launcher.v1.ConsoleInput
+	34, // 43: kemu.launcher.v1.Launcher.Vnc:input_type -> kemu.launcher.v1.StreamData
+	40, // 44: kemu.launcher.v1.Launcher.Migrate:input_type -> kemu.launcher.v1.MigrateRequest
+	11, // 45: kemu.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> kemu.launcher.v1.SyncRequest
+	6,  // 46: kemu.launcher.v1.Launcher.CancelMigration:input_type -> kemu.launcher.v1.Empty
+	6,  // 47: kemu.launcher.v1.Launcher.FinalizeMigration:input_type -> kemu.launcher.v1.Empty
+	43, // 48: kemu.launcher.v1.Launcher.GuestExec:input_type -> kemu.launcher.v1.GuestExecRequest
+	8,  // 49: kemu.launcher.v1.Launcher.Info:output_type -> kemu.launcher.v1.InfoResponse
+	10, // 50: kemu.launcher.v1.Launcher.Ping:output_type -> kemu.launcher.v1.PingResponse
+	12, // 51: kemu.launcher.v1.Launcher.Sync:output_type -> kemu.launcher.v1.SyncResponse
+	6,  // 52: kemu.launcher.v1.Launcher.Pause:output_type -> kemu.launcher.v1.Empty
+	6,  // 53: kemu.launcher.v1.Launcher.Unpause:output_type -> kemu.launcher.v1.Empty
+	18, // 54: kemu.launcher.v1.Launcher.Shutdown:output_type -> kemu.launcher.v1.DomainResponse
+	18, // 55: kemu.launcher.v1.Launcher.Kill:output_type -> kemu.launcher.v1.DomainResponse
+	6,  // 56: kemu.launcher.v1.Launcher.Reset:output_type -> kemu.launcher.v1.Empty
+	6,  // 57: kemu.launcher.v1.Launcher.SetLinkState:output_type -> kemu.launcher.v1.Empty
+	19, // 58: kemu.launcher.v1.Launcher.SoftReboot:output_type -> kemu.launcher.v1.SoftRebootResponse
+	18, // 59: kemu.launcher.v1.Launcher.GetDomain:output_type -> kemu.launcher.v1.DomainResponse
+	24, // 60: kemu.launcher.v1.Launcher.GetStats:output_type -> kemu.launcher.v1.StatsResponse
+	6,  // 61: kemu.launcher.v1.Launcher.GuestPing:output_type -> kemu.launcher.v1.Empty
+	26, // 62: kemu.launcher.v1.Launcher.GuestInfo:output_type -> kemu.launcher.v1.GuestInfoResponse
+	36, // 63: kemu.launcher.v1.Launcher.GuestUsers:output_type -> kemu.launcher.v1.GuestUsersResponse
+	39, // 64: kemu.launcher.v1.Launcher.GuestFilesystems:output_type -> kemu.launcher.v1.GuestFilesystemsResponse
+	28, // 65: kemu.launcher.v1.Launcher.WatchDomain:output_type -> kemu.launcher.v1.WatchEvent
+	31, // 66: kemu.launcher.v1.Launcher.Qmp:output_type -> kemu.launcher.v1.QmpResponse
+	33, // 67: kemu.launcher.v1.Launcher.Console:output_type -> kemu.launcher.v1.ConsoleOutput
+	34, // 68: kemu.launcher.v1.Launcher.Vnc:output_type -> kemu.launcher.v1.StreamData
+	6,  // 69: kemu.launcher.v1.Launcher.Migrate:output_type -> kemu.launcher.v1.Empty
+	42, // 70: kemu.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> kemu.launcher.v1.PrepareMigrationTargetResponse
+	6,  // 71: kemu.launcher.v1.Launcher.CancelMigration:output_type -> kemu.launcher.v1.Empty
+	6,  // 72: kemu.launcher.v1.Launcher.FinalizeMigration:output_type -> kemu.launcher.v1.Empty
+	44, // 73: kemu.launcher.v1.Launcher.GuestExec:output_type -> kemu.launcher.v1.GuestExecResponse
+	49, // [49:74] is the sub-list for method output_type
+	24, // [24:49] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -3442,9 +3569,9 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[13].OneofWrappers = []any{}
-	file_launcher_proto_msgTypes[15].OneofWrappers = []any{}
-	file_launcher_proto_msgTypes[21].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[14].OneofWrappers = []any{}
+	file_launcher_proto_msgTypes[16].OneofWrappers = []any{}
+	file_launcher_proto_msgTypes[22].OneofWrappers = []any{
 		(*WatchEvent_Domain)(nil),
 		(*WatchEvent_QmpEvent)(nil),
 	}
@@ -3453,8 +3580,8 @@ func file_launcher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   38,
+			NumEnums:      6,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Launcher_Shutdown_FullMethodName               = "/kemu.launcher.v1.Launcher/Shutdown"
 	Launcher_Kill_FullMethodName                   = "/kemu.launcher.v1.Launcher/Kill"
 	Launcher_Reset_FullMethodName                  = "/kemu.launcher.v1.Launcher/Reset"
+	Launcher_SetLinkState_FullMethodName           = "/kemu.launcher.v1.Launcher/SetLinkState"
 	Launcher_SoftReboot_FullMethodName             = "/kemu.launcher.v1.Launcher/SoftReboot"
 	Launcher_GetDomain_FullMethodName              = "/kemu.launcher.v1.Launcher/GetDomain"
 	Launcher_GetStats_FullMethodName               = "/kemu.launcher.v1.Launcher/GetStats"
@@ -67,6 +68,9 @@ type LauncherClient interface {
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*DomainResponse, error)
 	Kill(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*DomainResponse, error)
 	Reset(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
+	// SetLinkState sets a VMI interface's NIC link up or down
+	// (interfaces[].state; QMP set_link).
+	SetLinkState(ctx context.Context, in *SetLinkStateRequest, opts ...grpc.CallOption) (*Empty, error)
 	// SoftReboot asks the guest to reboot: through the guest agent
 	// (guest-shutdown mode=reboot) when it is connected, else Ctrl+Alt+Delete
 	// on its keyboard. The reply says which.
@@ -189,6 +193,16 @@ func (c *launcherClient) Reset(ctx context.Context, in *Empty, opts ...grpc.Call
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
 	err := c.cc.Invoke(ctx, Launcher_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) SetLinkState(ctx context.Context, in *SetLinkStateRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Launcher_SetLinkState_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +402,9 @@ type LauncherServer interface {
 	Shutdown(context.Context, *ShutdownRequest) (*DomainResponse, error)
 	Kill(context.Context, *Empty) (*DomainResponse, error)
 	Reset(context.Context, *Empty) (*Empty, error)
+	// SetLinkState sets a VMI interface's NIC link up or down
+	// (interfaces[].state; QMP set_link).
+	SetLinkState(context.Context, *SetLinkStateRequest) (*Empty, error)
 	// SoftReboot asks the guest to reboot: through the guest agent
 	// (guest-shutdown mode=reboot) when it is connected, else Ctrl+Alt+Delete
 	// on its keyboard. The reply says which.
@@ -459,6 +476,9 @@ func (UnimplementedLauncherServer) Kill(context.Context, *Empty) (*DomainRespons
 }
 func (UnimplementedLauncherServer) Reset(context.Context, *Empty) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedLauncherServer) SetLinkState(context.Context, *SetLinkStateRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLinkState not implemented")
 }
 func (UnimplementedLauncherServer) SoftReboot(context.Context, *Empty) (*SoftRebootResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SoftReboot not implemented")
@@ -669,6 +689,24 @@ func _Launcher_Reset_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LauncherServer).Reset(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_SetLinkState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLinkStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).SetLinkState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_SetLinkState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).SetLinkState(ctx, req.(*SetLinkStateRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -970,6 +1008,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Launcher_Reset_Handler,
+		},
+		{
+			MethodName: "SetLinkState",
+			Handler:    _Launcher_SetLinkState_Handler,
 		},
 		{
 			MethodName: "SoftReboot",

@@ -77,6 +77,12 @@ type Spec struct {
 	// The launcher needs CAP_SYS_ADMIN (or unprivileged user namespaces)
 	// to create it.
 	UserNS bool
+	// NetNS, when set, is the network namespace (a path such as
+	// /proc/<pid>/ns/net or /run/netns/<name>) the program starts in: the
+	// preparing thread joins it (it needs CAP_SYS_ADMIN). "": the
+	// launcher's own. For passt serving a pod network the launcher does
+	// not live in (tests; in a launcher Pod it is the launcher's own).
+	NetNS string
 }
 
 // UserNSMappings are the uid and gid maps of a Spec.UserNS program run as
@@ -217,6 +223,17 @@ func prepareThread(spec Spec, root bool) error {
 	data[0].Inheritable, data[1].Inheritable = 0, 0
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("clearing inheritable capabilities: %w", err)
+	}
+	if spec.NetNS != "" {
+		fd, err := unix.Open(spec.NetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("network namespace %s: %w", spec.NetNS, err)
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("joining the network namespace %s: %w", spec.NetNS, err)
+		}
 	}
 	if spec.SELinuxLabel != "" {
 		if err := goselinux.SetExecLabel(spec.SELinuxLabel); err != nil {

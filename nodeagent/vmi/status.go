@@ -368,7 +368,8 @@ func Interfaces(dom []*rpc.DomainInterface, guest *rpc.GuestInfoResponse) []v1.V
 	used := map[*rpc.GuestInterface]bool{}
 	var out []v1.VirtualMachineInstanceNetworkInterface
 	for _, d := range dom {
-		i := v1.VirtualMachineInstanceNetworkInterface{Name: d.GetName(), MAC: d.GetMac(), InfoSource: InfoSourceDomain}
+		i := v1.VirtualMachineInstanceNetworkInterface{Name: d.GetName(), MAC: d.GetMac(), InfoSource: InfoSourceDomain,
+			LinkState: linkState(d.GetLinkState())}
 		i.IPAddresses = stripPrefixes(d.GetIpAddresses())
 		if g := byMAC[strings.ToLower(d.GetMac())]; g != nil && d.GetMac() != "" {
 			used[g] = true
@@ -438,4 +439,16 @@ func setCondition(vmi *v1.VirtualMachineInstance, cond v1.VirtualMachineInstance
 
 func removeCondition(vmi *v1.VirtualMachineInstance, typ v1.VirtualMachineInstanceConditionType) {
 	vmistatus.RemoveCondition(vmi, typ)
+}
+
+// linkState is KubeVirt's status.interfaces[].linkState: up or down ("":
+// a launcher that does not say).
+func linkState(s rpc.LinkState) string {
+	switch s {
+	case rpc.LinkState_LINK_STATE_UP:
+		return string(v1.InterfaceStateLinkUp)
+	case rpc.LinkState_LINK_STATE_DOWN:
+		return string(v1.InterfaceStateLinkDown)
+	}
+	return ""
 }
