@@ -116,6 +116,16 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		labels[k] = v // Services select VMs by their VMI's labels
 	}
 	annotations := PodAnnotations(vmi.Annotations)
+	multus, err := MultusAnnotations(vmi)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range multus {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[k] = v
+	}
 	labels[launcherpod.AppLabel] = launcherpod.AppLauncher
 	labels[launcherpod.CreatedByLabel] = string(vmi.UID)
 	labels[launcherpod.VMINameLabel] = launcherpod.VMINameLabelValue(vmi.Name)
