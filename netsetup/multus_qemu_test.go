@@ -145,3 +145,47 @@ func TestMultusFakeGuests(t *testing.T) {
 		t.Errorf("red pod interface after Teardown: %v %s master %d", addrs, rl.Attrs().HardwareAddr, rl.Attrs().MasterIndex)
 	}
 }
+
+// The test guest with the pod network and two secondary Multus networks:
+// its NICs come in interfaces' order with their MACs (eth1 the layer 2
+// "blue" with its macAddress, eth2 "red" with its pod interface's MAC);
+// eth0 and eth2 lease their addresses, eth1 gets no DHCP answer and works
+// with a static address; the guest reaches the node side of both.
+func TestVMMultus(t *testing.T) {
+	t.Parallel()
+	e := newPodEnv(t)
+	blue, red := "pod16477688c0e", "podb1f51a511f1"
+	e.secondaryPodIface(t, blue, "sec-b", "", "192.168.50.1/24")
+	redMAC := e.secondaryPodIface(t, red, "sec-r", "192.168.60.5/24", "192.168.60.1/24")
+	var vmi *v1.VirtualMachineInstance
+	p := e.plan(t, func(v *v1.VirtualMachineInstance) {
+		kernelBoot(v)
+		v.Spec.Networks = append(v.Spec.Networks,
+			v1.Network{Name: "red", Multus: &v1.MultusNetwork{NetworkName: "red"}},
+			v1.Network{Name: "blue", Multus: &v1.MultusNetwork{NetworkName: "blue"}})
+		v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces,
+			v1.Interface{Name: "blue", Bridge: &v1.InterfaceBridge{}, MacAddress: "02:00:00:00:00:0b"},
+			v1.Interface{Name: "red", Bridge: &v1.InterfaceBridge{}})
+		vmi = v
+	}, Options{})
+	r := e.setup(t, p)
+	vm := boot(t, vmi, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for iface, mac := range map[string]string{"eth1": "02:00:00:00:00:0b", "eth2": redMAC.String()} {
+		m, err := vm.w.WaitKind(ctx, "nic", "iface", iface)
+		must(t, err, "nic marker of %s", iface)
+		checkMarker(t, m, "mac", mac)
+	}
+	checkMarker(t, vm.lease(t), "status", "bound", "ip", "10.0.2.2/24")
+	m, err := vm.w.WaitKind(ctx, "net", "iface", "eth2")
+	must(t, err, "eth2's DHCP")
+	checkMarker(t, m, "status", "bound", "ip", "192.168.60.5/24")
+	m, err = vm.w.WaitKind(ctx, "net", "iface", "eth1")
+	must(t, err, "eth1's DHCP")
+	checkMarker(t, m, "status", "failed")
+	vm.ping(t, "192.168.60.1")
+	if rc, out := vm.run(t, "/bin/sh", "-c", "ip addr add 192.168.50.2/24 dev eth1 && ping -c1 -W5 192.168.50.1"); rc != 0 {
+		t.Errorf("guest eth1 (layer 2) → 192.168.50.1: exit %d: %s", rc, out)
+	}
+}
