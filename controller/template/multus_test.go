@@ -86,3 +86,14 @@ func TestMultusAnnotations(t *testing.T) {
 		})
 	}
 }
+
+// A VMI whose only network is Multus still needs a tap.
+func TestNeedsTunMultus(t *testing.T) {
+	x := vmi("256Mi", func(x *v1.VirtualMachineInstance) {
+		x.Spec.Networks = []v1.Network{{Name: "blue", Multus: &v1.MultusNetwork{NetworkName: "blue", Default: true}}}
+		x.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "blue"}}
+	})
+	if !NeedsTun(x) {
+		t.Error("NeedsTun: false for a Multus network")
+	}
+}

@@ -496,12 +496,12 @@ func (b *builder) args(grace int64) []string {
 	return append(c.Args(), b.opts.LauncherArgs...)
 }
 
-// NeedsTun: an interface bound to the pod network (masquerade or bridge)
-// needs a tap.
+// NeedsTun: an interface bound to the pod network or a Multus network
+// (masquerade or bridge) needs a tap.
 func NeedsTun(vmi *v1.VirtualMachineInstance) bool {
 	pod := map[string]bool{}
 	for _, n := range vmi.Spec.Networks {
-		if n.Pod != nil {
+		if n.Pod != nil || n.Multus != nil {
 			pod[n.Name] = true
 		}
 	}
