@@ -54,6 +54,7 @@ images: testguest
 ## k8s: etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet and the test nodes' containerd 2.x built from the Go module proxy (_out/k8s/bin)
 k8s: deps
 	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet containerd
+	@bash hack/multus/build.sh
 
 ## test: lint, generated-file check, the fuzz targets, and every test suite (unit, QEMU, cluster)
 test: lint verify-generated fuzz testguest k8s images

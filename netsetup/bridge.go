@@ -30,13 +30,16 @@ func probeBridge(h *netlink.Handle, pi *Interface, pl *podLink) (*podLink, field
 		if err != nil {
 			return nil, nil, err
 		}
+		if ok && st.l2Only() && !pi.Secondary {
+			return nil, nil, fmt.Errorf("bridge %s: its alias records no pod address, but %s is the primary pod interface", pi.Bridge, pi.PodInterface)
+		}
 		if ok {
 			pl.state = st
 			return pl, nil, nil
 		}
 	}
-	if len(pl.addrs) == 0 {
-		return nil, field.ErrorList{field.Invalid(pi.NetworkPath.Child("pod"), pi.PodInterface,
+	if len(pl.addrs) == 0 && !pi.Secondary {
+		return nil, field.ErrorList{field.Invalid(pi.sourcePath(), pi.PodInterface,
 			fmt.Sprintf("the pod interface %s has no IPv4 address for the guest to take", pi.PodInterface))}, nil
 	}
 	st := &podState{MAC: pl.link.Attrs().HardwareAddr.String()}
@@ -83,8 +86,10 @@ func setupBridge(ns netns.NsHandle, h *netlink.Handle, p *Plan, pi *Interface, p
 	if err != nil {
 		return InterfaceResult{}, nil, err
 	}
-	if err := ensureAddr(h, br, &netlink.Addr{IPNet: &net.IPNet{IP: BridgeServerIP.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
-		return InterfaceResult{}, nil, err
+	if !st.l2Only() {
+		if err := ensureAddr(h, br, &netlink.Addr{IPNet: &net.IPNet{IP: BridgeServerIP.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+			return InterfaceResult{}, nil, err
+		}
 	}
 	for _, a := range pl.addrs {
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), 32)}}
@@ -119,17 +124,22 @@ func setupBridge(ns netns.NsHandle, h *netlink.Handle, p *Plan, pi *Interface, p
 	if err != nil {
 		return InterfaceResult{}, nil, err
 	}
+	res := InterfaceResult{
+		Name: pi.Name, MAC: guestMAC.String(), InfoSource: InfoSourceDomain,
+		MTU: mtu, Tap: pi.Tap, Model: pi.Model, TapFDs: fds,
+	}
+	if st.l2Only() {
+		return res, nil, nil // layer 2 only: no address to lease
+	}
 	ip, router, routes := st.lease()
 	var ips []string
 	for _, a := range st.Addrs {
 		ips = append(ips, netip.MustParsePrefix(a).Addr().String())
 	}
-	return InterfaceResult{
-			Name: pi.Name, MAC: guestMAC.String(), IPs: ips, GuestIP: ip.String(), InfoSource: InfoSourceDomain,
-			MTU: mtu, Tap: pi.Tap, Model: pi.Model, TapFDs: fds,
-		}, &Lease{
-			MAC: guestMAC, IP: ip, Router: router, ServerID: BridgeServerIP, MTU: mtu, Routes: routes,
-		}, nil
+	res.IPs, res.GuestIP = ips, ip.String()
+	return res, &Lease{
+		MAC: guestMAC, IP: ip, Router: router, ServerID: BridgeServerIP, MTU: mtu, Routes: routes,
+	}, nil
 }
 
 // teardownBridge gives the pod interface back its MAC, addresses and routes

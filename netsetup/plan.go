@@ -75,9 +75,13 @@ type Interface struct {
 	Binding      Binding
 	Model        string
 	PodInterface string
-	Bridge       string // bridge link name
-	Tap          string // tap link name
-	Table        string // nftables table (masquerade only)
+	// Multus: the network is a Multus network (networks[j].multus);
+	// Secondary: a secondary one, whose pod interface may have no IPv4
+	// address (the guest then gets layer 2 only, no DHCP).
+	Multus, Secondary bool
+	Bridge            string // bridge link name
+	Tap               string // tap link name
+	Table             string // nftables table (masquerade only)
 	// MAC is the guest's MAC; nil for a bridge binding without macAddress:
 	// the guest then takes the pod interface's MAC at Setup.
 	MAC net.HardwareAddr
@@ -157,23 +161,26 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 		}
 		network := vmi.Spec.Networks[j]
 		np := spec.Child("networks").Index(j)
-		if network.Pod == nil {
-			errs = append(errs, field.NotSupported(np, "non-pod network", []string{"pod"}))
+		ifacePod, secondary, ferr := networkPodInterface(network, np, podIface, iface, ip)
+		if ferr != nil {
+			errs = append(errs, ferr)
 			continue
 		}
-		if other, dup := usedPod[podIface]; dup {
+		if other, dup := usedPod[ifacePod]; dup {
 			errs = append(errs, field.Invalid(ip.Child("name"), iface.Name,
-				fmt.Sprintf("the pod network is already attached by interface %q", other)))
+				fmt.Sprintf("the pod interface %s is already attached by interface %q", ifacePod, other)))
 			continue
 		}
-		usedPod[podIface] = iface.Name
+		usedPod[ifacePod] = iface.Name
 		pi := Interface{
 			Name:         iface.Name,
 			Index:        i,
 			Model:        iface.Model,
-			PodInterface: podIface,
-			Bridge:       BridgeName(podIface),
-			Tap:          TapName(podIface),
+			PodInterface: ifacePod,
+			Secondary:    secondary,
+			Multus:       network.Multus != nil,
+			Bridge:       BridgeName(ifacePod),
+			Tap:          TapName(ifacePod),
 			Queues:       1,
 			Hostname:     v1.VMIHostname(vmi), // as the Pod's and cloud-init's
 			Subdomain:    vmi.Spec.Subdomain,
@@ -223,7 +230,7 @@ func NewPlan(vmi *v1.VirtualMachineInstance, opts Options) (*Plan, field.ErrorLi
 			planPasst(&pi, ip, iface, &errs)
 		}
 		if pi.Binding == BindingMasquerade {
-			pi.Table = TableName(podIface)
+			pi.Table = TableName(ifacePod)
 			cidrPath := np.Child("pod", "vmNetworkCIDR")
 			cidr := network.Pod.VMNetworkCIDR
 			if cidr == "" {

@@ -14,7 +14,7 @@ import (
 // and teardown can put everything back.
 type podState struct {
 	MAC    string       `json:"mac"`
-	Addrs  []string     `json:"a"`           // IPv4 prefixes, e.g. 10.244.1.5/24
+	Addrs  []string     `json:"a"`           // IPv4 prefixes, e.g. 10.244.1.5/24; none: layer 2 only
 	Routes []stateRoute `json:"r,omitempty"` // IPv4 routes via the pod interface
 }
 
@@ -53,9 +53,6 @@ func decodePodState(alias string) (s *podState, ok bool, err error) {
 	}
 	if _, err := net.ParseMAC(s.MAC); err != nil {
 		return nil, true, fmt.Errorf("bridge alias %q: %w", alias, err)
-	}
-	if len(s.Addrs) == 0 {
-		return nil, true, fmt.Errorf("bridge alias %q: no address", alias)
 	}
 	for _, a := range s.Addrs {
 		if _, err := netip.ParsePrefix(a); err != nil {

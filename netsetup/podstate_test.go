@@ -19,11 +19,15 @@ func TestPodStateAlias(t *testing.T) {
 	if _, ok, err := decodePodState("someone else's alias"); ok || err != nil {
 		t.Errorf("foreign alias: %v %v", ok, err)
 	}
-	for _, bad := range []string{aliasPrefix + "{", aliasPrefix + `{"mac":"x","a":["10.0.0.1/8"]}`, aliasPrefix + `{"mac":"02:00:00:00:00:01"}`,
+	for _, bad := range []string{aliasPrefix + "{", aliasPrefix + `{"mac":"x","a":["10.0.0.1/8"]}`,
 		aliasPrefix + `{"mac":"02:00:00:00:00:01","a":["10.0.0.1/8"],"r":[{"d":"x"}]}`} {
 		if _, ok, err := decodePodState(bad); !ok || err == nil {
 			t.Errorf("%q: %v %v", bad, ok, err)
 		}
+	}
+	// A secondary network's pod interface without an address: layer 2 only.
+	if l2, ok, err := decodePodState(aliasPrefix + `{"mac":"02:00:00:00:00:01","a":null}`); err != nil || !ok || !l2.l2Only() {
+		t.Errorf("layer 2 alias: %+v %v %v", l2, ok, err)
 	}
 	for range 20 {
 		st.Routes = append(st.Routes, stateRoute{Dst: "10.100.100.0/24", GW: "10.244.1.1"})

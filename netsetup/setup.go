@@ -119,13 +119,15 @@ func Setup(ctx context.Context, p *Plan) (*Result, error) {
 			klog.InfoS("Interface ready", "vmi", p.VMI, "interface", pi.Name, "binding", pi.Binding, "mac", ir.MAC, "podIPs", ir.IPs)
 			continue // passt is the guest's DHCP server
 		}
-		lease.DNS, lease.Hostname, lease.Time = dns, pi.Hostname, p.LeaseTime
-		lease.DNS.Search = withSubdomain(dns.Search, pi.Subdomain)
-		srv, err := startDHCP(ctx, ns, pi.Bridge, lease)
-		if err != nil {
-			return nil, r.fail(ctx, fmt.Errorf("interface %s: %w", pi.Name, err))
+		if lease != nil { // nil: layer 2 only (a secondary network without an address)
+			lease.DNS, lease.Hostname, lease.Time = dns, pi.Hostname, p.LeaseTime
+			lease.DNS.Search = withSubdomain(dns.Search, pi.Subdomain)
+			srv, err := startDHCP(ctx, ns, pi.Bridge, lease)
+			if err != nil {
+				return nil, r.fail(ctx, fmt.Errorf("interface %s: %w", pi.Name, err))
+			}
+			r.servers = append(r.servers, srv)
 		}
-		r.servers = append(r.servers, srv)
 		klog.InfoS("Interface ready", "vmi", p.VMI, "interface", pi.Name, "binding", pi.Binding,
 			"tap", pi.Tap, "queues", len(ir.TapFDs), "mac", ir.MAC, "guestIP", ir.GuestIP, "mtu", ir.MTU)
 	}
@@ -229,7 +231,7 @@ type podLink struct {
 // probe checks the namespace for one interface and gathers what Setup
 // needs, creating nothing.
 func probe(h *netlink.Handle, pi *Interface) (*podLink, field.ErrorList, error) {
-	podPath := pi.NetworkPath.Child("pod")
+	podPath := pi.sourcePath()
 	l, err := linkByName(h, pi.PodInterface)
 	if err != nil {
 		return nil, nil, err

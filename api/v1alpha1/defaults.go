@@ -256,14 +256,19 @@ func AddPodNetwork(spec *VirtualMachineInstanceSpec) {
 }
 
 // setNetworkDefaults adds the pod network behind masquerade when a VMI has no
-// interfaces and no networks, and fills in bindings, models and protocols.
+// interfaces and no networks, and fills in bindings (masquerade; bridge on a
+// Multus network), models and protocols.
 func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
 	AddPodNetwork(spec)
 	devs := &spec.Domain.Devices
 	for i := range devs.Interfaces {
 		iface := &devs.Interfaces[i]
 		if !iface.hasBinding() {
-			iface.Masquerade = &InterfaceMasquerade{}
+			if multusNetwork(spec.Networks, iface.Name) {
+				iface.Bridge = &InterfaceBridge{} // the one binding of a Multus network
+			} else {
+				iface.Masquerade = &InterfaceMasquerade{}
+			}
 		}
 		if iface.Model == "" {
 			iface.Model = DefaultInterfaceModel
@@ -274,6 +279,16 @@ func setNetworkDefaults(spec *VirtualMachineInstanceSpec) {
 			}
 		}
 	}
+}
+
+// multusNetwork says whether the network name is a Multus network.
+func multusNetwork(nets []Network, name string) bool {
+	for i := range nets {
+		if nets[i].Name == name {
+			return nets[i].Multus != nil
+		}
+	}
+	return false
 }
 
 // HasBinding says whether the interface names its binding.

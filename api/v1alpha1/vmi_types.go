@@ -1024,7 +1024,7 @@ type EphemeralVolumeSource struct {
 }
 
 // Network is a named network an interface attaches.
-// +kubebuilder:validation:XValidation:rule="(has(self.pod) ? 1 : 0) + (has(self.multus) ? 1 : 0) == 1",message="a network has exactly one source: pod"
+// +kubebuilder:validation:XValidation:rule="(has(self.pod) ? 1 : 0) + (has(self.multus) ? 1 : 0) == 1",message="a network has exactly one source: pod or multus"
 type Network struct {
 	// Name is referenced by an interface.
 	// +kubebuilder:validation:MaxLength=63
@@ -1033,7 +1033,24 @@ type Network struct {
 	// +optional
 	Pod *PodNetwork `json:"pod,omitempty"`
 
-	Multus *Unsupported `json:"multus,omitempty"`
+	// Multus is a NetworkAttachmentDefinition attached through Multus: a
+	// secondary Pod interface, or the Pod's primary one with default.
+	// +optional
+	Multus *MultusNetwork `json:"multus,omitempty"`
+}
+
+// MultusNetwork is a network of Multus CNI, as KubeVirt's.
+type MultusNetwork struct {
+	// NetworkName is the NetworkAttachmentDefinition: "name" (the VMI's
+	// namespace) or "namespace/name".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	NetworkName string `json:"networkName"`
+	// Default makes this network the Pod's primary one (Multus's
+	// v1.multus-cni.io/default-network annotation) instead of the
+	// cluster network; a VMI with it has no pod network.
+	// +optional
+	Default bool `json:"default,omitempty"`
 }
 
 // PodNetwork is the Pod's network.

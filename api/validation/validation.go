@@ -672,9 +672,10 @@ func validateNetworks(spec *v1.VirtualMachineInstanceSpec, fldPath *field.Path) 
 				allErrs = append(allErrs, validateVMNetworkCIDR(p.Child("pod", "vmNetworkCIDR"), c)...)
 			}
 		case n.Multus == nil:
-			allErrs = append(allErrs, field.Required(p.Child("pod"), "a network needs a source: pod"))
+			allErrs = append(allErrs, field.Required(p.Child("pod"), "a network needs a source: pod or multus"))
 		}
 	}
+	allErrs = append(allErrs, validateMultusNetworks(spec, fldPath)...)
 
 	ifaces := fldPath.Child("domain", "devices", "interfaces")
 	used := sets.New[string]()

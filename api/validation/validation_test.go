@@ -265,7 +265,7 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 				vmi.Spec.Domain.Devices.HostDevices = raw
 				vmi.Spec.Domain.Devices.AutoattachVSOCK = &v1.UnsupportedBool{RawJSON: v1.RawJSON{Raw: []byte(`true`)}}
 				vmi.Spec.Architecture = &v1.UnsupportedScalar{RawJSON: v1.RawJSON{Raw: []byte(`"arm64"`)}}
-				vmi.Spec.Networks = []v1.Network{{Name: "default", Multus: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}}}
+				vmi.Spec.Networks = []v1.Network{{Name: "default", Pod: &v1.PodNetwork{}}}
 				vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", SRIOV: &v1.Unsupported{RawJSON: v1.RawJSON{Raw: []byte(`{}`)}}}}
 				vmi.Spec.Volumes[0] = v1.Volume{Name: "root", DataVolume: &v1.DataVolumeSource{Name: "dv",
 					Hotpluggable: &v1.UnsupportedBool{RawJSON: v1.RawJSON{Raw: []byte(`true`)}}}}
@@ -276,7 +276,6 @@ func TestValidateVirtualMachineInstance(t *testing.T) {
 				"Forbidden spec.domain.devices.hostDevices",
 				"Forbidden spec.architecture",
 				"Forbidden spec.domain.devices.interfaces[0].sriov",
-				"Forbidden spec.networks[0].multus",
 				"Forbidden spec.volumes[0].dataVolume.hotpluggable",
 			},
 		},

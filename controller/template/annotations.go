@@ -3,14 +3,16 @@ package template
 import (
 	"strings"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
 // Annotation prefixes a VMI's author may not put on its launcher Pod: the
 // node's and Kubernetes' own (AppArmor and seccomp profiles among them),
-// kemu's control annotations, and the container runtimes' (CRI-O, containerd
-// and Kata read annotations of their own from the Pod).
-var reservedAnnotationDomains = []string{"kubernetes.io", "k8s.io", v1.GroupName}
+// kemu's control annotations, Multus's (kemu writes them from the VMI's
+// networks: MultusAnnotations), and the container runtimes' (CRI-O,
+// containerd and Kata read annotations of their own from the Pod).
+var reservedAnnotationDomains = append([]string{"kubernetes.io", "k8s.io", v1.GroupName}, launcherpod.MultusAnnotationDomains...)
 var runtimeAnnotationPrefixes = []string{"io.kubernetes.", "io.containerd.", "io.katacontainers."}
 
 // PodAnnotations are the annotations of a VMI its launcher Pod carries, as

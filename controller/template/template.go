@@ -122,6 +122,16 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 		labels[k] = v // Services select VMs by their VMI's labels
 	}
 	annotations := PodAnnotations(vmi.Annotations)
+	multus, err := MultusAnnotations(vmi)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range multus {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[k] = v
+	}
 	labels[launcherpod.AppLabel] = launcherpod.AppLauncher
 	labels[launcherpod.CreatedByLabel] = string(vmi.UID)
 	labels[launcherpod.VMINameLabel] = launcherpod.VMINameLabelValue(vmi.Name)
@@ -499,12 +509,12 @@ func (b *builder) args(grace int64) []string {
 	return append(c.Args(), b.opts.LauncherArgs...)
 }
 
-// NeedsTun: an interface bound to the pod network (masquerade or bridge)
-// needs a tap.
+// NeedsTun: an interface bound to the pod network or a Multus network
+// (masquerade or bridge) needs a tap.
 func NeedsTun(vmi *v1.VirtualMachineInstance) bool {
 	pod := map[string]bool{}
 	for _, n := range vmi.Spec.Networks {
-		if n.Pod != nil {
+		if n.Pod != nil || n.Multus != nil {
 			pod[n.Name] = true
 		}
 	}

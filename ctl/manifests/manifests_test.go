@@ -41,7 +41,7 @@ func TestValidateReportsPaths(t *testing.T) {
 	for _, want := range []string{
 		"spec.domain.devices.gpus: Forbidden: kemu does not support this KubeVirt field",
 		"spec.volumes[0].dataVolume.hotpluggable: Forbidden",
-		"spec.networks[1].multus: Forbidden",
+		"spec.domain.devices.interfaces[1].sriov: Forbidden",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)

@@ -40,7 +40,7 @@ func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.
 	cond := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionFalse}
 	podNets := map[string]bool{}
 	for _, n := range vmi.Spec.Networks {
-		if n.Pod != nil {
+		if n.Pod != nil || (n.Multus != nil && n.Multus.Default) { // the default Multus network is the Pod's primary one
 			podNets[n.Name] = true
 		}
 	}

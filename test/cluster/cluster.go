@@ -56,6 +56,15 @@ type Options struct {
 	EtcdArgs []string
 	// ControllerManagerArgs are appended to kube-controller-manager's flags.
 	ControllerManagerArgs []string
+	// Multus puts Multus CNI's thin plugin (MultusBinary) in front of each
+	// node's Pod network: the bridge conf stays the cluster network (the
+	// same name, bridge and Pod addresses), and a Pod's
+	// k8s.v1.cni.cncf.io/networks annotation adds the
+	// NetworkAttachmentDefinitions it names (InstallNetworkAttachmentCRD).
+	Multus bool
+	// MultusBinary is Multus's thin plugin. Default: $KEMU_MULTUS_BIN, else
+	// <repo root>/_out/multus/bin/multus (hack/multus/build.sh, make k8s).
+	MultusBinary string
 	// Node runs one node: Nodes 1.
 	Node bool
 	// Nodes is how many nodes to run (at most MaxNodes), each in its own

@@ -209,8 +209,15 @@ func (n *Node) start(ctx context.Context, opts Options, imgDir, wrapper string) 
 	if err := os.WriteFile(conflist, []byte(cniConflist(n.PodCIDR)), 0o644); err != nil {
 		return fmt.Errorf("cluster: node %s: %w", n.Name, err)
 	}
+	binDir := cniBinDir
+	if opts.Multus {
+		var err error
+		if binDir, err = n.setupMultus(opts); err != nil {
+			return err
+		}
+	}
 	ctrConfig := filepath.Join(n.Dir, "containerd", "config.toml")
-	if err := os.WriteFile(ctrConfig, []byte(containerdConfig(n.Dir, wrapper)), 0o644); err != nil {
+	if err := os.WriteFile(ctrConfig, []byte(containerdConfig(n.Dir, wrapper, binDir)), 0o644); err != nil {
 		return fmt.Errorf("cluster: node %s: %w", n.Name, err)
 	}
 	if err := n.startContainerd(ctx); err != nil {
@@ -672,7 +679,7 @@ func cniConflist(podCIDR string) string {
 // containerdConfig keeps containerd's root, state, sockets and runc's state
 // in the node's folder (so its shims name the folder in their command line),
 // its CNI config too.
-func containerdConfig(nodeDir, wrapper string) string {
+func containerdConfig(nodeDir, wrapper, binDir string) string {
 	ctrDir := filepath.Join(nodeDir, "containerd")
 	return fmt.Sprintf(`version = 2
 root = %[1]q
@@ -711,7 +718,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 		filepath.Join(ctrDir, "root"), filepath.Join(ctrDir, "state"),
 		filepath.Join(ctrDir, "containerd.sock"), filepath.Join(ctrDir, "containerd.sock.ttrpc"),
 		filepath.Join(ctrDir, "opt"), PauseImage, wrapper, filepath.Join(ctrDir, "runc"),
-		cniBinDir, filepath.Join(nodeDir, "cni", "net.d"))
+		binDir, filepath.Join(nodeDir, "cni", "net.d"))
 }
 
 // kubeletHealthzPort is the kubelet's healthz port on the node's address.
