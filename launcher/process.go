@@ -47,6 +47,9 @@ func (l *Launcher) exec() error {
 	if err := l.startVirtiofsd(id, cgroupFD); err != nil {
 		return err
 	}
+	if err := l.startSwtpm(id, cgroupFD); err != nil {
+		return err
+	}
 	cmd.Stdout = l.stderr
 	cmd.Stderr = l.stderr
 	cmd.ExtraFiles = l.files
@@ -102,8 +105,8 @@ func (l *Launcher) supervise() {
 func (l *Launcher) finish() {
 	l.cleanup.Do(func() {
 		l.closeQMPListener()
-		// QEMU has ended (or never started): its filesystems' daemons go.
-		l.stopVirtiofsd()
+		// QEMU has ended (or never started): its daemons (virtiofsd, swtpm) go.
+		l.stopDaemons()
 		l.mu.Lock()
 		if l.agent != nil {
 			l.agent.Close()

@@ -102,6 +102,7 @@ func devices(in Input) ([]sourced, error) {
 	b.disks()
 	b.nics()
 	b.filesystems()
+	b.tpm()
 	b.graphics()
 	if d.Devices.Rng != nil {
 		b.add("spec.domain.devices.rng", RNG{ID: RNGID, Filename: "/dev/urandom"})
