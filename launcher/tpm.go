@@ -89,13 +89,13 @@ func (l *Launcher) grantTPM(id unpriv.Identity) error {
 
 // swtpmArgs is swtpm's command line: a TPM 2.0 whose control channel is
 // the inherited socket (QEMU's tpm-emulator backend hands it the data
-// channel), its state in dir, its log on stderr (kept for the reason it
-// ended). No --terminate: the launcher stops it after QEMU, so its end
+// channel), its state in dir; its errors go to stderr (kept for the reason
+// it ended; swtpm 0.7 exits silently with --log fd=2). No --terminate: the launcher stops it after QEMU, so its end
 // while QEMU runs is always a failure. The TPM is not manufactured
 // (no swtpm_setup: no EK certificates, see docs/launcher.md).
 func swtpmArgs(dir string) []string {
 	return []string{"socket", "--tpm2", "--ctrl", fmt.Sprintf("type=unixio,fd=%d", swtpmCtrlFD),
-		"--tpmstate", "dir=" + dir + ",mode=0600", "--log", "fd=2,level=1"}
+		"--tpmstate", "dir=" + dir + ",mode=0600"}
 }
 
 // startSwtpm starts the TPM's swtpm, before QEMU, as a supervised daemon
