@@ -381,6 +381,12 @@ type Devices struct {
 	// +optional
 	DownwardMetrics *DownwardMetrics `json:"downwardMetrics,omitempty"`
 
+	// TPM emulates a TPM 2.0 for the guest: swtpm, run by the launcher
+	// next to QEMU, behind QEMU's tpm-tis device (KubeVirt's model for a
+	// TPM whose state is not persistent).
+	// +optional
+	TPM *TPMDevice `json:"tpm,omitempty"`
+
 	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
 	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
 	Watchdog              *Unsupported     `json:"watchdog,omitempty"`
@@ -391,11 +397,6 @@ type Devices struct {
 	HostDevices           UnsupportedList  `json:"hostDevices,omitempty"`
 	ClientPassthrough     *Unsupported     `json:"clientPassthrough,omitempty"`
 	Sound                 *Unsupported     `json:"sound,omitempty"`
-	// TPM emulates a TPM 2.0 for the guest: swtpm, run by the launcher
-	// next to QEMU, behind QEMU's tpm-tis device (KubeVirt's model for a
-	// TPM whose state is not persistent).
-	// +optional
-	TPM *TPMDevice `json:"tpm,omitempty"`
 	LogSerialConsole      *UnsupportedBool `json:"logSerialConsole,omitempty"`
 	Video                 *Unsupported     `json:"video,omitempty"`
 	PanicDevices          UnsupportedList  `json:"panicDevices,omitempty"`

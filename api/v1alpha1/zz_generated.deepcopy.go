@@ -369,6 +369,11 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 		*out = new(DownwardMetrics)
 		**out = **in
 	}
+	if in.TPM != nil {
+		in, out := &in.TPM, &out.TPM
+		*out = new(TPMDevice)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.UseVirtioTransitional != nil {
 		in, out := &in.UseVirtioTransitional, &out.UseVirtioTransitional
 		*out = new(UnsupportedBool)
@@ -423,11 +428,6 @@ func (in *Devices) DeepCopyInto(out *Devices) {
 	if in.Sound != nil {
 		in, out := &in.Sound, &out.Sound
 		*out = new(Unsupported)
-		(*in).DeepCopyInto(*out)
-	}
-	if in.TPM != nil {
-		in, out := &in.TPM, &out.TPM
-		*out = new(TPMDevice)
 		(*in).DeepCopyInto(*out)
 	}
 	if in.LogSerialConsole != nil {
