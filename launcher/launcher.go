@@ -73,6 +73,8 @@ type Config struct {
 	Virtiofsd string
 	// Passt serves passt-bound interfaces (default DefaultPasst).
 	Passt string
+	// Swtpm emulates domain.devices.tpm (default DefaultSwtpm).
+	Swtpm string
 	// Accel forces "kvm" or "tcg"; "" decides by KVMProbe.
 	Accel string
 	// KVMProbe configures the probe used when Accel is "".
@@ -152,10 +154,11 @@ type Launcher struct {
 	cleanup  sync.Once
 	finished chan struct{}
 
-	// The filesystems' daemons (virtiofs.go): started before QEMU,
+	// The devices' daemons (daemon.go: virtiofsd, swtpm): started before QEMU,
 	// stopped after it. fsStopping: the launcher is stopping them;
 	// fsFailure: why one ended the VM; qemuPID: QEMU's, once started.
 	fs         []*virtiofsd
+	tpm        *swtpm // the TPM's daemon (tpm.go), nil without a TPM
 	fsStopping atomic.Bool
 	fsFailure  atomic.Pointer[string]
 	qemuPID    atomic.Int64
@@ -200,6 +203,9 @@ func New(cfg Config) (*Launcher, error) {
 	}
 	if cfg.Virtiofsd == "" {
 		cfg.Virtiofsd = DefaultVirtiofsd
+	}
+	if cfg.Swtpm == "" {
+		cfg.Swtpm = DefaultSwtpm
 	}
 	if cfg.Accel != "" && cfg.Accel != "kvm" && cfg.Accel != "tcg" {
 		return nil, fmt.Errorf("launcher: accelerator %q is not kvm or tcg", cfg.Accel)

@@ -104,6 +104,9 @@ func (l *Launcher) prepare(ctx context.Context, incoming bool) error {
 	if err := l.listenFilesystems(); err != nil {
 		return err
 	}
+	if err := l.listenTPM(); err != nil {
+		return err
+	}
 	return l.labelFiles()
 }
 

@@ -50,6 +50,9 @@ func (l *Launcher) exec() error {
 	if err := l.startPasst(id); err != nil {
 		return err
 	}
+	if err := l.startSwtpm(id, cgroupFD); err != nil {
+		return err
+	}
 	cmd.Stdout = l.stderr
 	cmd.Stderr = l.stderr
 	cmd.ExtraFiles = l.files
@@ -106,8 +109,8 @@ func (l *Launcher) supervise() {
 func (l *Launcher) finish() {
 	l.cleanup.Do(func() {
 		l.closeQMPListener()
-		// QEMU has ended (or never started): its filesystems' daemons go.
-		l.stopVirtiofsd()
+		// QEMU has ended (or never started): its daemons (virtiofsd, swtpm), its hugepages file and passt go.
+		l.stopDaemons()
 		l.removeHugepagesDir()
 		l.stopPasst()
 		l.mu.Lock()

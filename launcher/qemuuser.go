@@ -63,6 +63,9 @@ func (l *Launcher) grantQEMU(id unpriv.Identity) error {
 	if err := l.grantHugepages(id); err != nil {
 		return err
 	}
+	if err := l.grantTPM(id); err != nil {
+		return err
+	}
 	var paths []string
 	for _, v := range l.prepared.Volumes {
 		if !v.ReadOnly {

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"syscall"
 
 	"k8s.io/klog/v2"
 
@@ -28,13 +27,10 @@ const virtiofsdFD = 3
 
 // virtiofsd is the daemon that serves one filesystem.
 type virtiofsd struct {
+	daemon
 	share    storage.Share
 	socket   string   // its vhost-user socket in the runtime directory
 	listener *os.File // the launcher's copy, until virtiofsd has its own
-	cmd      *exec.Cmd
-	out      *tailBuffer
-	done     chan struct{} // closed once it was reaped; err says how it ended
-	err      error
 }
 
 // listenFilesystems makes every filesystem's vhost-user socket in the
@@ -48,8 +44,7 @@ func (l *Launcher) listenFilesystems() error {
 		if !ok {
 			return fmt.Errorf("launcher: filesystem %s: its volume was not prepared", f.Name)
 		}
-		d := &virtiofsd{share: sh, socket: cmdline.FilesystemSocket(l.cfg.Dir, f.Name), done: make(chan struct{}),
-			out: newTailBuffer(20, "virtiofsd "+f.Name)}
+		d := &virtiofsd{daemon: newDaemon("filesystem "+f.Name, "virtiofsd"), share: sh, socket: cmdline.FilesystemSocket(l.cfg.Dir, f.Name)}
 		if err := os.Remove(d.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("launcher: filesystem %s: socket: %w", f.Name, err)
 		}
@@ -97,105 +92,33 @@ func virtiofsdArgs(sh storage.Share) []string {
 		"-o", "cache=auto", "--rlimit-nofile=0"}
 }
 
-// startVirtiofsd starts each filesystem's virtiofsd, before QEMU: through
-// unpriv in a user namespace of its own (root there, QEMU's user on the
-// node: unpriv.Spec.UserNS), no_new_privs, the VM's SELinux label, in
-// QEMU's device cgroup (cgroupFD, -1: none), with the parent-death signal.
-// Each is watched: one that ends while the VM runs ends the VM
-// (virtiofsdEnded).
+// startVirtiofsd starts each filesystem's virtiofsd, before QEMU, as a
+// supervised daemon (startDaemon: QEMU's user in a user namespace of its
+// own, no_new_privs, the VM's SELinux label, QEMU's device cgroup).
 func (l *Launcher) startVirtiofsd(id unpriv.Identity, cgroupFD int) error {
-	nsID := unpriv.Identity{UID: id.UID, GID: id.GID} // no supplementary groups
 	for _, d := range l.fs {
 		cmd := exec.Command(l.cfg.Virtiofsd, virtiofsdArgs(d.share)...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if cgroupFD >= 0 {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
-		}
 		cmd.ExtraFiles = []*os.File{d.listener} // fd virtiofsdFD
-		cmd.Stdout, cmd.Stderr = d.out, d.out
-		cmd.Dir = "/"
-		exited, err := unpriv.Start(cmd, unpriv.Spec{Identity: nsID, Umask: 0o022, SELinuxLabel: l.label.Process, UserNS: true})
+		err := l.startDaemon(&d.daemon, cmd, id, cgroupFD)
 		d.listener.Close() // virtiofsd has its own copy, or will never run
 		d.listener = nil
 		if err != nil {
 			return fmt.Errorf("launcher: filesystem %s (%s): starting %s: %w", d.share.Name, d.share.Field, l.cfg.Virtiofsd, err)
 		}
-		d.cmd = cmd
-		go func() {
-			d.err = <-exited
-			close(d.done)
-			l.virtiofsdEnded(d)
-		}()
 		klog.InfoS("virtiofsd started", "filesystem", d.share.Name, "dir", d.share.Dir, "readOnly", d.share.ReadOnly,
-			"pid", cmd.Process.Pid, "uid", nsID.UID, "vmi", klog.KObj(l.vmi))
+			"pid", cmd.Process.Pid, "vmi", klog.KObj(l.vmi))
 	}
 	return nil
 }
 
-// virtiofsdEnded: a virtiofsd that ends before the launcher stopped it
-// leaves its filesystem dead in the guest: the VM ends (helperEnded).
-func (l *Launcher) virtiofsdEnded(d *virtiofsd) {
-	l.helperEnded("filesystem "+d.share.Name, "virtiofsd", d.err, d.out)
-}
-
-// helperEnded: a program QEMU depends on (virtiofsd, passt) ended before
-// the launcher stopped it: the VM ends, QEMU killed, with this as the
-// reason (supervise). what names the VMI's device, prog the program.
-func (l *Launcher) helperEnded(what, prog string, err error, out *tailBuffer) {
-	if l.fsStopping.Load() {
-		return
-	}
-	status := "an unknown status"
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		status = "status 0"
-	case errors.As(err, &ee):
-		status = ee.ProcessState.String()
-	default:
-		status = err.Error()
-	}
-	cause := fmt.Sprintf("%s: %s ended (%s); QEMU was stopped", what, prog, status)
-	if s := out.String(); s != "" {
-		cause += ": " + s
-	}
-	if !l.fsFailure.CompareAndSwap(nil, &cause) {
-		return
-	}
-	klog.ErrorS(nil, prog+" ended: stopping the VM", "device", what, "status", status, "vmi", klog.KObj(l.vmi))
-	l.killQEMUFor()
-}
-
-// killQEMUFor kills QEMU after a virtiofsd ended (l.fsFailure set). QEMU
-// may not run yet: exec checks fsFailure once it stored QEMU's pid.
-func (l *Launcher) killQEMUFor() {
-	if pid := l.qemuPID.Load(); pid > 0 {
-		_ = syscall.Kill(-int(pid), syscall.SIGKILL)
-	}
-}
-
-// filesystemFailure is why a virtiofsd ended the VM ("": none did).
-func (l *Launcher) filesystemFailure() string {
-	if c := l.fsFailure.Load(); c != nil {
-		return *c
-	}
-	return ""
-}
-
-// stopVirtiofsd kills every virtiofsd (QEMU has ended, or never started)
-// and waits until each was reaped; the launcher's copies of their sockets
-// are closed. Their socket files go with the runtime directory.
+// stopVirtiofsd kills every virtiofsd and waits until each was reaped
+// (stopDaemons); the launcher's copies of their sockets are closed.
 func (l *Launcher) stopVirtiofsd() {
-	l.fsStopping.Store(true)
 	for _, d := range l.fs {
 		if d.listener != nil {
 			d.listener.Close()
 			d.listener = nil
 		}
-		if d.cmd == nil {
-			continue
-		}
-		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-		<-d.done
+		d.stop()
 	}
 }

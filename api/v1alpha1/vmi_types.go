@@ -475,6 +475,12 @@ type Devices struct {
 	// +optional
 	DownwardMetrics *DownwardMetrics `json:"downwardMetrics,omitempty"`
 
+	// TPM emulates a TPM 2.0 for the guest: swtpm, run by the launcher
+	// next to QEMU, behind QEMU's tpm-tis device (KubeVirt's model for a
+	// TPM whose state is not persistent).
+	// +optional
+	TPM *TPMDevice `json:"tpm,omitempty"`
+
 	UseVirtioTransitional *UnsupportedBool `json:"useVirtioTransitional,omitempty"`
 	DisableHotplug        *UnsupportedBool `json:"disableHotplug,omitempty"`
 	// Watchdog is an i6300esb watchdog and what happens when the guest
@@ -495,10 +501,22 @@ type Devices struct {
 	HostDevices       UnsupportedList  `json:"hostDevices,omitempty"`
 	ClientPassthrough *Unsupported     `json:"clientPassthrough,omitempty"`
 	Sound             *Unsupported     `json:"sound,omitempty"`
-	TPM               *Unsupported     `json:"tpm,omitempty"`
 	LogSerialConsole  *UnsupportedBool `json:"logSerialConsole,omitempty"`
 	Video             *Unsupported     `json:"video,omitempty"`
 	PanicDevices      UnsupportedList  `json:"panicDevices,omitempty"`
+}
+
+// TPMDevice is an emulated TPM 2.0 (KubeVirt's TPMDevice).
+type TPMDevice struct {
+	// Enabled: false removes the TPM (one a preference would add);
+	// default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Persistent keeps the TPM's state across VM restarts in KubeVirt;
+	// kemu refuses true (no backend storage yet). Default false: the
+	// state lives as long as the VMI.
+	// +optional
+	Persistent *bool `json:"persistent,omitempty"`
 }
 
 // DownwardMetrics is the downward metrics' virtio-serial port; it has no

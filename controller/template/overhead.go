@@ -29,7 +29,10 @@ import (
 //   - each filesystem: its virtiofsd (QEMU 7.2's, launcher/virtiofs.go),
 //     4.1 MiB RSS once the guest listed and read its share and wrote a file
 //     (launcher's TestVirtiofsShares) → 16 MiB, headroom for its worker
-//     threads and FUSE request buffers (up to 1 MiB each) under load.
+//     threads and FUSE request buffers (up to 1 MiB each) under load;
+//   - a TPM (domain.devices.tpm): its swtpm (launcher/tpm.go), 6.8 MiB RSS
+//     once the guest used it (launcher's TestTPM) → 16 MiB, headroom for
+//     libtpms' state and its command buffers.
 const (
 	LauncherOverheadBytes     = 16 << 20
 	QEMUBaseOverheadBytes     = 64 << 20
@@ -38,6 +41,7 @@ const (
 	EFIOverheadBytes          = 8 << 20
 	GraphicsOverheadBytes     = 16 << 20
 	VirtiofsdOverheadBytes    = 16 << 20
+	SwtpmOverheadBytes        = 16 << 20
 	// GuestPageTableDivisor: guest memory / GuestPageTableDivisor is added.
 	GuestPageTableDivisor = 512
 )
@@ -86,6 +90,9 @@ func Overhead(vmi *v1.VirtualMachineInstance, kvm bool) *resource.Quantity {
 		b += GraphicsOverheadBytes
 	}
 	b += int64(len(vmi.Spec.Domain.Devices.Filesystems)) * VirtiofsdOverheadBytes
+	if v1.HasTPM(&vmi.Spec) {
+		b += SwtpmOverheadBytes
+	}
 	const mi = 1 << 20
 	b = (b + mi - 1) / mi * mi
 	return resource.NewQuantity(b, resource.BinarySI)

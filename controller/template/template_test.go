@@ -65,6 +65,13 @@ func TestOverhead(t *testing.T) {
 		{"kvm-2fs", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
 			x.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "a"}, {Name: "b"}}
 		}), true, 98 + 32},
+		// A TPM: 16 MiB of swtpm; none when disabled.
+		{"kvm-tpm", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
+		}), true, 98 + 16},
+		{"kvm-tpm-disabled", vmi("1Gi", func(x *v1.VirtualMachineInstance) {
+			x.Spec.Domain.Devices.TPM = &v1.TPMDevice{Enabled: new(bool)}
+		}), true, 98},
 		// 16 GiB: 32 MiB of page tables.
 		{"tcg-16Gi", vmi("16Gi", nil), false, 160 + 32},
 	} {

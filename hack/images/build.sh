@@ -22,7 +22,7 @@ TESTGUEST=${TESTGUEST_OUT:-$ROOT/_out/testguest}
 	echo "images: no test guest in $TESTGUEST (the node agent's KVM probe guest): run make testguest" >&2
 	exit 1
 }
-pkgs=(qemu-system-x86 qemu-system-common qemu-system-data qemu-utils seabios ipxe-qemu ovmf libc6 ca-certificates passt)
+pkgs=(qemu-system-x86 qemu-system-common qemu-system-data qemu-utils seabios ipxe-qemu ovmf swtpm swtpm-libs libtpms0 libc6 ca-certificates passt)
 STAMP_KEY=$(
 	{
 		echo "version=$VERSION"

@@ -214,6 +214,8 @@ func TestKemuImages(t *testing.T) {
 			{[]string{"qemu-img", "--version"}, 0, "qemu-img version"},
 			{[]string{launcher.DefaultVirtiofsd, "--version"}, 0, "virtiofsd version 7.2"},
 			{[]string{launcher.DefaultPasst, "--version"}, 0, "passt"},
+			{[]string{launcher.DefaultSwtpm, "--version"}, 0, "TPM emulator version"},
+			{[]string{launcher.DefaultSwtpm, "socket", "--tpm2", "--print-capabilities"}, 0, `"tpm-2.0"`},
 			{[]string{"qemu-system-x86_64", "-accel", "help"}, 0, "tcg"},
 		},
 		"kemu-controller": {

@@ -60,8 +60,10 @@ const (
 
 // qemuBinaries are copied with their libraries: QEMU, qemu-img, the
 // virtiofsd the launcher runs for filesystems (QEMU 7.2's, from
-// qemu-system-common) and the passt it runs for passt-bound interfaces.
-var qemuBinaries = []string{"/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", launcher.DefaultVirtiofsd, launcher.DefaultPasst}
+// qemu-system-common), the swtpm it runs for a TPM (swtpm, with
+// swtpm-libs' libswtpm_libtpms and libtpms0) and the passt it runs for
+// passt-bound interfaces.
+var qemuBinaries = []string{"/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", launcher.DefaultVirtiofsd, launcher.DefaultSwtpm, launcher.DefaultPasst}
 
 // qemuDlopened are libraries QEMU loads at run time, which ldd does not list:
 // the TCG accelerator is a module in Debian's QEMU (without it -accel tcg
@@ -92,7 +94,7 @@ var qemuDataFiles = []string{
 // debianPackages are the packages whose files the qemu layer takes; their
 // versions become image labels.
 var debianPackages = []string{"qemu-system-x86", "qemu-system-common", "qemu-system-data", "qemu-utils",
-	"seabios", "ipxe-qemu", "ovmf", "libc6", "ca-certificates", "passt"}
+	"seabios", "ipxe-qemu", "ovmf", "swtpm", "swtpm-libs", "libtpms0", "libc6", "ca-certificates", "passt"}
 
 const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -116,7 +118,7 @@ func runKemu(out, version, testguest string, ts time.Time) error {
 	}
 	for _, p := range append(append([]string{caBundle}, qemuBinaries...), qemuDlopened...) {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("%w (run: make deps, which installs QEMU, OVMF, SeaBIOS, iPXE)", err)
+			return fmt.Errorf("%w (run: make deps, which installs QEMU, OVMF, SeaBIOS, iPXE, swtpm)", err)
 		}
 	}
 	tmp, err := os.MkdirTemp(out, ".build-")

@@ -105,6 +105,7 @@ func devices(in Input) ([]sourced, error) {
 	b.disks()
 	b.nics()
 	b.filesystems()
+	b.tpm()
 	b.graphics()
 	b.clock()
 	b.watchdogAndInputs()

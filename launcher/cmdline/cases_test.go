@@ -136,6 +136,8 @@ var cases = []testCase{
 	}},
 	{name: "devices-off", vmi: "devices-off"},
 	{name: "acpi-off", vmi: "acpi-off", boot: true},
+	// QEMU needs swtpm listening: launcher's TestTPM boots it.
+	{name: "tpm", vmi: "tpm", noQEMU: true},
 	{name: "acpi-off-pc", vmi: "acpi-off-pc", boot: true},
 	{name: "smm-off-cdrom-rw", vmi: "smm-off-cdrom-rw", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		in.Drives["cd"] = Drive{Path: e.media(t, "cd"), Format: FormatRaw}

@@ -178,6 +178,18 @@ func TestBuildErrors(t *testing.T) {
 			rest: "autoattachGraphicsDevice"},
 		{name: "long VNC socket path", yaml: baseYAML, mod: func(in *Input) { in.Paths.VNC = "/" + strings.Repeat("v", 107) },
 			want: "Paths.VNC", rest: "at most 107"},
+		{name: "TPM without runtime directory", yaml: baseYAML, mod: func(in *Input) {
+			in.VMI.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
+			in.Paths.Dir = ""
+		}, want: "Paths.Dir", rest: "TPM"},
+		{name: "persistent TPM", yaml: baseYAML, mod: func(in *Input) {
+			yes := true
+			in.VMI.Spec.Domain.Devices.TPM = &v1.TPMDevice{Persistent: &yes}
+		}, want: "spec.domain.devices.tpm.persistent", rest: "not supported"},
+		{name: "long TPM socket path", yaml: baseYAML, mod: func(in *Input) {
+			in.VMI.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
+			in.Paths.Dir = "/" + strings.Repeat("t", 100)
+		}, want: "spec.domain.devices.tpm", rest: "at most 107"},
 		{name: "no serial socket", yaml: baseYAML, mod: func(in *Input) { in.Paths.Serial = "" }, want: "Paths.Serial"},
 		{name: "bad accel", yaml: baseYAML, mod: func(in *Input) { in.Facts.Accel = "hvf" }, want: "Facts.Accel"},
 		{name: "cpu model help", yaml: baseYAML, mod: func(in *Input) { in.VMI.Spec.Domain.CPU.Model = "help" },

@@ -263,6 +263,7 @@ var argvSpec = map[string]struct {
 	"-vnc":      {"vnc", []string{"vnc", "share"}},
 	"-rtc":      {"", []string{"base", "clock", "driftfix"}},
 	"-action":   {"", []string{"watchdog"}},
+	"-tpmdev":   {"type", []string{"type", "id", "chardev"}},
 }
 
 var blockDeviceKeys = []string{"driver", "drive", "id", "serial", "bootindex", "write-cache", "share-rw"}
@@ -277,6 +278,7 @@ var deviceKeys = map[string][]string{
 	"virtio-scsi-pci":    {"driver", "id"},
 	"virtio-serial-pci":  {"driver", "id"},
 	"virtserialport":     {"driver", "bus", "chardev", "name"},
+	"tpm-tis":            {"driver", "tpmdev"},
 	"virtio-net-pci":     {"driver", "netdev", "id", "mac", "mq", "vectors", "host_mtu"},
 	"e1000":              {"driver", "netdev", "id", "mac"},
 	"e1000e":             {"driver", "netdev", "id", "mac"},
@@ -456,6 +458,20 @@ func checkArgv(t *testing.T, in Input, argv []string) {
 	}
 	if want := len(vmi.Spec.Domain.Devices.Disks) + len(vmi.Spec.Domain.Devices.Interfaces); ids != want {
 		fail("%d devices with a user alias, want %d", ids, want)
+	}
+
+	// TPM: one tpm-tis on an emulator backend whose chardev is swtpm's
+	// socket in the runtime directory, or none.
+	if v1.HasTPM(&vmi.Spec) {
+		one("-device", "driver", TPMModel)
+		if got := one("-tpmdev", "", "").opts["type"]; got != "emulator" {
+			fail("-tpmdev type=%q, want emulator", got)
+		}
+		if got := one("-chardev", "id", TPMID+"-ctrl").opts["path"]; got != TPMSocket(in.Paths.Dir) {
+			fail("TPM chardev path %q, want %s", got, TPMSocket(in.Paths.Dir))
+		}
+	} else if len(find("-tpmdev", "", "")) != 0 {
+		fail("no TPM, yet a -tpmdev")
 	}
 
 	// Graphics: one VGA device and a VNC server on the launcher's unix

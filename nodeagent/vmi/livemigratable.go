@@ -19,6 +19,9 @@ const (
 	ReasonInterfaceNotLiveMigratable = "InterfaceNotLiveMigratable"
 	ReasonDisksNotLiveMigratable     = "DisksNotLiveMigratable"
 	ReasonVirtIOFSNotLiveMigratable  = "VirtIOFSNotLiveMigratable"
+	// ReasonNotMigratable is KubeVirt's generic reason; kemu gives it to
+	// a VMI with a TPM (KubeVirt has no reason of its own for one).
+	ReasonNotMigratable = "NotMigratable"
 )
 
 // pvcInfo is what LiveMigratable needs of a VMI's PVC: its access modes,
@@ -31,6 +34,8 @@ type pvcInfo struct {
 // liveMigratable is the VMI's LiveMigratable condition: False with
 // InterfaceNotLiveMigratable for a bridge binding on the pod network (the
 // guest holds the Pod's IP, which the target Pod does not have), False with
+// VirtIOFSNotLiveMigratable for a filesystem, False with NotMigratable for
+// a TPM (its migration is not shown yet), False with
 // DisksNotLiveMigratable for a hostDisk (a file on this node) or a PVC both
 // nodes cannot attach at once (not ReadWriteMany; ReadOnlyMany will do for
 // a read-only volume and for an ephemeral volume's claim; a PVC not found),
@@ -56,6 +61,13 @@ func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.
 		// in virtiofsd), whatever the volume: KubeVirt's reason.
 		cond.Reason = ReasonVirtIOFSNotLiveMigratable
 		cond.Message = fmt.Sprintf("cannot migrate VMI: filesystem %s is shared with virtiofs, and QEMU cannot migrate a vhost-user-fs device", fss[0].Name)
+		return cond
+	}
+	if v1.HasTPM(&vmi.Spec) {
+		// QEMU's tpm-emulator carries swtpm's state in the migration
+		// stream, but kemu has not shown a TPM surviving a migration yet.
+		cond.Reason = ReasonNotMigratable
+		cond.Message = "cannot migrate VMI: it has a TPM (domain.devices.tpm), and kemu does not migrate swtpm's state yet"
 		return cond
 	}
 	var bad []string

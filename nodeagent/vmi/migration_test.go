@@ -161,6 +161,16 @@ func TestLiveMigratable(t *testing.T) {
 			v.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "data", Virtiofs: &v1.FilesystemVirtiofs{}}}
 			return v
 		}(), map[string]pvcInfo{"c1": rwx}, corev1.ConditionFalse, ReasonVirtIOFSNotLiveMigratable, "filesystem data"},
+		{"TPM", func() *v1.VirtualMachineInstance {
+			v := vmi(masq)
+			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
+			return v
+		}(), nil, corev1.ConditionFalse, ReasonNotMigratable, "it has a TPM"},
+		{"TPM disabled", func() *v1.VirtualMachineInstance {
+			v, no := vmi(masq), false
+			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Enabled: &no}
+			return v
+		}(), nil, corev1.ConditionTrue, "", ""},
 		{"RWO PVC", vmi(masq, pvc("data", "c1", false)), map[string]pvcInfo{"c1": rwo},
 			corev1.ConditionFalse, ReasonDisksNotLiveMigratable, "volume data: PVC c1 is not shared"},
 		{"ROX PVC read-only", vmi(masq, pvc("data", "c1", true)), map[string]pvcInfo{"c1": rox}, corev1.ConditionTrue, "", ""},
