@@ -77,10 +77,6 @@ func validateClock(c *v1.Clock, p *field.Path) field.ErrorList {
 				errs = append(errs, field.Invalid(rp.Child("present"), false, "a PC's RTC (mc146818) cannot be removed"))
 			}
 		}
-		if h := t.Hyperv; h != nil && (h.Enabled == nil || *h.Enabled) {
-			errs = append(errs, field.Invalid(tp.Child("hyperv", "present"), true,
-				"the Hyper-V reference time needs KVM's Hyper-V enlightenments, which kemu does not support (features.hyperv); set present: false or leave hyperv out"))
-		}
 	}
 	return errs
 }

@@ -46,7 +46,6 @@ func TestClockWatchdogInputs(t *testing.T) {
 			}}
 		}, want: []string{
 			"Invalid value spec.domain.clock.timer.hpet.tickPolicy",
-			"Invalid value spec.domain.clock.timer.hyperv.present",
 			"Invalid value spec.domain.clock.timer.pit.tickPolicy",
 			"Invalid value spec.domain.clock.timer.rtc.present",
 			"Unsupported value spec.domain.clock.timer.rtc.tickPolicy",

@@ -151,23 +151,30 @@ type PathStep struct {
 }
 
 // SplitPath splits a field path as field.Path and the strict JSON decoder
-// write it ("a.b[0].c[key]") into its steps. It is the one parser of such
+// write it ("a.b[0].c[key]") into its steps. A key in brackets may hold
+// dots (metadata.annotations[example.com/x]). It is the one parser of such
 // paths: api/manifest uses it too.
 func SplitPath(s string) []PathStep {
 	var steps []PathStep
-	for _, part := range strings.Split(s, ".") {
-		name, rest, _ := strings.Cut(part, "[")
-		if name != "" {
-			steps = append(steps, PathStep{Name: name})
-		}
-		for rest != "" {
-			idx, after, _ := strings.Cut(rest, "]")
-			if i, err := strconv.Atoi(idx); err == nil {
+	for s != "" {
+		switch s[0] {
+		case '.':
+			s = s[1:]
+		case '[':
+			key, rest, _ := strings.Cut(s[1:], "]")
+			if i, err := strconv.Atoi(key); err == nil {
 				steps = append(steps, PathStep{Index: i, IsIndex: true})
 			} else {
-				steps = append(steps, PathStep{Name: idx, Keyed: true})
+				steps = append(steps, PathStep{Name: key, Keyed: true})
 			}
-			rest = strings.TrimPrefix(after, "[")
+			s = rest
+		default:
+			n := strings.IndexAny(s, ".[")
+			if n < 0 {
+				n = len(s)
+			}
+			steps = append(steps, PathStep{Name: s[:n]})
+			s = s[n:]
 		}
 	}
 	return steps
@@ -199,6 +206,8 @@ func joinPath(steps []PathStep) string {
 		switch {
 		case s.IsIndex:
 			fmt.Fprintf(&b, "[%d]", s.Index)
+		case s.Keyed:
+			b.WriteString("[" + s.Name + "]")
 		case i > 0:
 			b.WriteString("." + s.Name)
 		default:

@@ -141,3 +141,27 @@ func TestAsWrittenDefaultedDisk(t *testing.T) {
 		t.Errorf("no error on spec.volumes[2].name: %q", got)
 	}
 }
+
+func TestSplitPath(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // joinPath of the steps, then the step count
+		n    int
+	}{
+		{"spec.domain.devices.disks[2].name", "spec.domain.devices.disks[2].name", 6},
+		{"metadata.annotations[hooks.kubevirt.io/hookSidecars]", "metadata.annotations[hooks.kubevirt.io/hookSidecars]", 3},
+		{"spec.domain.resources.requests[memory]", "spec.domain.resources.requests[memory]", 5},
+		{"spec.template.metadata.annotations[a.b/c].x", "spec.template.metadata.annotations[a.b/c].x", 6},
+		{"[0].a", "[0].a", 2},
+		{"", "", 0},
+	}
+	for _, tt := range tests {
+		steps := SplitPath(tt.in)
+		if got := joinPath(steps); got != tt.want || len(steps) != tt.n {
+			t.Errorf("SplitPath(%q): %q in %d steps, want %q in %d", tt.in, got, len(steps), tt.want, tt.n)
+		}
+	}
+	if got := FieldPath(SplitPath("metadata.annotations[a.b/c]")).String(); got != "metadata.annotations[a.b/c]" {
+		t.Errorf("FieldPath: %q", got)
+	}
+}

@@ -85,6 +85,7 @@ func (t Tablet) Args() ([]string, error) {
 // timers is what spec.domain.clock.timer changes on -machine and -cpu.
 type timers struct {
 	hpetOff, pitOff, kvmclockOff bool
+	hvTime                       bool // hv-time: the Hyper-V reference time (KVM only)
 }
 
 // planTimers reads spec.domain.clock.timer before -machine and -cpu are
@@ -106,6 +107,13 @@ func (b *builder) planTimers() {
 		}
 		if tcg && pit.TickPolicy != "" && pit.TickPolicy != v1.PITTickPolicyDelay {
 			b.fail(p+".pit.tickPolicy", "%s: only KVM's in-kernel PIT (kvm-pit) has a lost-tick policy; under TCG the PIT delays", pit.TickPolicy)
+		}
+	}
+	if h := t.Hyperv; h != nil && (h.Enabled == nil || *h.Enabled) {
+		if tcg {
+			b.fail(p+".hyperv.present", "the Hyper-V reference time (hv-time) needs KVM; this node runs the guest under TCG (set present: false or leave hyperv out)")
+		} else {
+			b.timers.hvTime = true
 		}
 	}
 	if k := t.KVM; k != nil {

@@ -55,8 +55,11 @@ func TestBuildClockWatchdogInputs(t *testing.T) {
       timer:
         pit: {tickPolicy: discard}
         rtc: {tickPolicy: delay, track: wall}
-        kvm: {present: false}`,
-			want: []string{"-global driver=kvm-pit,property=lost_tick_policy,value=discard", "-rtc base=utc,clock=host,driftfix=none", "-cpu host,kvmclock=off"}},
+        kvm: {present: false}
+        hyperv: {}`,
+			want: []string{"-global driver=kvm-pit,property=lost_tick_policy,value=discard", "-rtc base=utc,clock=host,driftfix=none", "-cpu host,hv-time=on,kvmclock=off"}},
+		{name: "hyperv timer under tcg", domain: "    clock: {utc: {}, timer: {hyperv: {}}}",
+			err: "spec.domain.clock.timer.hyperv.present: the Hyper-V reference time (hv-time) needs KVM"},
 		{name: "pit discard under tcg", domain: "    clock: {utc: {}, timer: {pit: {tickPolicy: discard}}}",
 			err: "spec.domain.clock.timer.pit.tickPolicy: discard: only KVM's in-kernel PIT"},
 		{name: "kvmclock under tcg", domain: "    clock: {utc: {}, timer: {kvm: {present: true}}}",

@@ -16,6 +16,9 @@ func (b *builder) cpu() CPU {
 	c := CPU{Model: b.cpuModel()}
 	c.Flags = append(c.Flags, b.cpuFeatureFlags()...)
 	c.Flags = append(c.Flags, b.hypervisorFlags()...)
+	if b.timers.hvTime { // spec.domain.clock.timer.hyperv (KVM only)
+		c.Flags = append(c.Flags, CPUFlag{Name: "hv-time", Value: "on"})
+	}
 	if b.timers.kvmclockOff { // spec.domain.clock.timer.kvm.present: false (KVM only)
 		c.Flags = append(c.Flags, CPUFlag{Name: "kvmclock", Value: "off"})
 	}
