@@ -97,8 +97,20 @@ func TestMultus(t *testing.T) {
 	if !strings.HasPrefix(ip, "192.168.77.") || !strings.HasPrefix(secondaryIP["client"], "192.168.77.") {
 		t.Fatalf("secondary addresses %v, want 192.168.77.0/24 on %s", secondaryIP, iface)
 	}
-	out, stderr, err := c.Kubectl("exec", "client", "--", "/bin/sh", "-c", fmt.Sprintf("ip -4 -o addr show dev %s; wget -q -T 5 -O- http://%s:8080/", iface, ip))
-	if err != nil || !strings.Contains(out, "secondary") || !strings.Contains(out, secondaryIP["client"]) {
+	// (Debian's static busybox wget crashes with -T: the context bounds it.)
+	var out, stderr string
+	err = cluster.Poll(ctx, func() error {
+		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var err error
+		out, stderr, err = c.KubectlContext(ectx, nil, "exec", "client", "--", "/bin/sh", "-c",
+			fmt.Sprintf("ip -4 -o addr show dev %s && wget -q -O- http://%s:8080/", iface, ip))
+		if err == nil && (!strings.Contains(out, "secondary") || !strings.Contains(out, secondaryIP["client"])) {
+			err = fmt.Errorf("got %q", out)
+		}
+		return err
+	})
+	if err != nil {
 		t.Errorf("client → server on the secondary network: %q %q %v\n--- multus log ---\n%s", out, stderr, err, c.Node(node).Logs("multus", 0))
 	}
 }

@@ -98,7 +98,16 @@ func TestProbes(t *testing.T) {
 	}
 	if err := poll(ctx, time.Second, func() error {
 		if ok, err := readyEndpoint(); err != nil || ok {
-			return fmt.Errorf("endpoint %s still ready (%v)", pod.Status.PodIP, err)
+			p, perr := ev.kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			var podReady string
+			if perr == nil {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady {
+						podReady = string(c.Status) + " " + c.Reason
+					}
+				}
+			}
+			return fmt.Errorf("endpoint %s still ready (%v; Pod Ready %q %v)", pod.Status.PodIP, err, podReady, perr)
 		}
 		return nil
 	}); err != nil {
