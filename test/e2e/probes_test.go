@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestProbes(t *testing.T) {
 		ev.c.Kubectl("-n", ns, "delete", "service", name, "--ignore-not-found")              //nolint:errcheck // best effort
 	})
 	t0 := time.Now()
-	ev.apply(t, vmiManifest(vmiOptions{name: name, userData: webUserData, ports: []int{8080}, labels: map[string]string{"kemu-e2e": name},
+	ev.apply(t, vmiManifest(vmiOptions{name: name, userData: webUserData + strings.TrimPrefix(consoleShellUserData, "#!/bin/sh\n"), ports: []int{8080}, labels: map[string]string{"kemu-e2e": name},
 		extraSpec: `readinessProbe:
   httpGet: {port: 8080, path: /index.html}
   periodSeconds: 2
@@ -86,7 +87,7 @@ func TestProbes(t *testing.T) {
 	// endpoint is no longer ready.
 	c := ev.startConsole(t, name)
 	defer c.stop()
-	if err := c.runInShell(ctx, "killall httpd; echo httpd-stopped", "httpd-stopped", time.Minute); err != nil {
+	if err := c.runInShell(ctx, "killall httpd; echo httpd-$((6*7))-stopped", "httpd-42-stopped", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
