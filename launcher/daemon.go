@@ -34,7 +34,7 @@ func newDaemon(what, prog string) daemon {
 // device cgroup (cgroupFD, -1: none), in a process group of its own, with
 // the parent-death signal, its output kept for the reason it ended. Once
 // started it is watched: one that ends before the launcher stops it ends
-// the VM (daemonEnded).
+// the VM (helperEnded).
 func (l *Launcher) startDaemon(d *daemon, cmd *exec.Cmd, id unpriv.Identity, cgroupFD int) error {
 	nsID := unpriv.Identity{UID: id.UID, GID: id.GID}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -53,15 +53,9 @@ func (l *Launcher) startDaemon(d *daemon, cmd *exec.Cmd, id unpriv.Identity, cgr
 	go func() {
 		d.err = <-exited
 		close(d.done)
-		l.daemonEnded(d)
+		l.helperEnded(d.what, d.prog, d.err, d.out)
 	}()
 	return nil
-}
-
-// daemonEnded: a daemon that ends before the launcher stopped it leaves
-// its device dead in the guest: the VM ends (helperEnded).
-func (l *Launcher) daemonEnded(d *daemon) {
-	l.helperEnded(d.what, d.prog, d.err, d.out)
 }
 
 // helperEnded: a program QEMU depends on (virtiofsd, swtpm, passt) ended
