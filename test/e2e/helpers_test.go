@@ -75,6 +75,9 @@ type vmiOptions struct {
 	evictionStrategy string
 	// bridge binds the pod network with bridge instead of masquerade.
 	bridge bool
+	// multus adds a second interface and network of this name, a Multus
+	// network (networkName the same name) with the bridge binding.
+	multus string
 	// emptyDisk adds a 64Mi emptyDisk with this serial.
 	emptyDisk string
 	// cpuRequest is spec.domain.resources.requests.cpu ("" = the default).
@@ -137,9 +140,10 @@ func vmiManifest(o vmiOptions) string {
 	if !o.noNetwork {
 		w("    interfaces:")
 		w("    - name: default")
-		if o.bridge {
+		switch {
+		case o.bridge:
 			w("      bridge: {}")
-		} else {
+		default:
 			w("      masquerade: {}")
 		}
 		if len(o.ports) > 0 {
@@ -148,8 +152,14 @@ func vmiManifest(o vmiOptions) string {
 				w("      - {port: %d}", p)
 			}
 		}
+		if o.multus != "" {
+			w("    - {name: %s, bridge: {}}", o.multus)
+		}
 		w("networks:")
 		w("- {name: default, pod: {}}")
+		if o.multus != "" {
+			w("- {name: %s, multus: {networkName: %s}}", o.multus, o.multus)
+		}
 	}
 	if !o.kernel || o.userData != "" {
 		w("volumes:")

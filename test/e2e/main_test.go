@@ -146,8 +146,10 @@ func setup(ctx context.Context) (*env, error) {
 		fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
 	}
 	// Two nodes. The node lifecycle controller marks a node whose kubelet
-	// stopped NotReady after 20 s (TestNodeFailure).
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, Logf: logf,
+	// stopped NotReady after 20 s (TestNodeFailure). Multus's thin plugin
+	// in front of each node's bridge network (every Pod's network goes
+	// through it; TestMultusSecondaryNetwork adds a secondary one).
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, Multus: true, Logf: logf,
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s"}})
 	if err != nil {
 		<-built
