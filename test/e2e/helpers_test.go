@@ -75,9 +75,14 @@ type vmiOptions struct {
 	evictionStrategy string
 	// bridge binds the pod network with bridge instead of masquerade.
 	bridge bool
+	// passt binds the pod network with passtBinding instead of masquerade.
+	passt bool
 	// multus adds a second interface and network of this name, a Multus
 	// network (networkName the same name) with the bridge binding.
 	multus string
+	// multusDefault makes the multus network the VMI's only one, in place
+	// of the pod network (multus.default: true, bridge binding).
+	multusDefault bool
 	// emptyDisk adds a 64Mi emptyDisk with this serial.
 	emptyDisk string
 	// cpuRequest is spec.domain.resources.requests.cpu ("" = the default).
@@ -141,8 +146,10 @@ func vmiManifest(o vmiOptions) string {
 		w("    interfaces:")
 		w("    - name: default")
 		switch {
-		case o.bridge:
+		case o.bridge, o.multusDefault:
 			w("      bridge: {}")
+		case o.passt:
+			w("      passtBinding: {}")
 		default:
 			w("      masquerade: {}")
 		}
@@ -152,13 +159,18 @@ func vmiManifest(o vmiOptions) string {
 				w("      - {port: %d}", p)
 			}
 		}
-		if o.multus != "" {
+		if o.multus != "" && !o.multusDefault {
 			w("    - {name: %s, bridge: {}}", o.multus)
 		}
 		w("networks:")
-		w("- {name: default, pod: {}}")
-		if o.multus != "" {
+		switch {
+		case o.multusDefault:
+			w("- {name: default, multus: {networkName: %s, default: true}}", o.multus)
+		case o.multus != "":
+			w("- {name: default, pod: {}}")
 			w("- {name: %s, multus: {networkName: %s}}", o.multus, o.multus)
+		default:
+			w("- {name: default, pod: {}}")
 		}
 	}
 	if !o.kernel || o.userData != "" {
