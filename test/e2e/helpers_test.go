@@ -165,7 +165,9 @@ func vmiManifest(o vmiOptions) string {
 		w("networks:")
 		switch {
 		case o.multusDefault:
-			w("- {name: default, multus: {networkName: %s, default: true}}", o.multus)
+			// namespace/name: Multus looks a bare default network's name
+			// up in its own namespace (kube-system), as for KubeVirt.
+			w("- {name: default, multus: {networkName: %s/%s, default: true}}", ns, o.multus)
 		case o.multus != "":
 			w("- {name: default, pod: {}}")
 			w("- {name: %s, multus: {networkName: %s}}", o.multus, o.multus)

@@ -93,8 +93,8 @@ func TestMultusSecondaryNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := pod.Annotations["v1.multus-cni.io/default-network"]; got != multusNetwork {
-		t.Errorf("Pod %s: v1.multus-cni.io/default-network %q, want %s", pod.Name, got, multusNetwork)
+	if got := pod.Annotations["v1.multus-cni.io/default-network"]; got != ns+"/"+multusNetwork {
+		t.Errorf("Pod %s: v1.multus-cni.io/default-network %q, want %s/%s", pod.Name, got, ns, multusNetwork)
 	}
 	if pod.Status.PodIP != multusIP[b] {
 		t.Errorf("Pod %s has IP %s, the guest %s: multus.default did not replace the pod network", pod.Name, pod.Status.PodIP, multusIP[b])
