@@ -40,5 +40,11 @@ PATH="$bin:$PATH" protoc --proto_path=launcher/rpc \
 	--go-grpc_out=launcher/rpc --go-grpc_opt=paths=source_relative \
 	launcher/rpc/launcher.proto
 
+# The seccomp profile of launcher Pods with passt (nodeagent/seccomp):
+# containerd's default for every launcher capability, plus pivot_root, made
+# in hack/containerd's module (containerd stays out of kemu's).
+caps=$(go run ./hack/launchercaps)
+(cd hack/containerd && go run ./seccompgen -o "$root/nodeagent/seccomp/zz_generated.profile.go" $caps)
+
 # The KVM probe's guests (a boot sector and a static /init), embedded by devices/kvm.
 bash devices/kvm/guest/build.sh

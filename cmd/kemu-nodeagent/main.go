@@ -52,6 +52,7 @@ import (
 	"github.com/kemu-dev/kemu/nodeagent/migrationcert"
 	"github.com/kemu-dev/kemu/nodeagent/migrationproxy"
 	agentapi "github.com/kemu-dev/kemu/nodeagent/nodeapi"
+	"github.com/kemu-dev/kemu/nodeagent/seccomp"
 	"github.com/kemu-dev/kemu/nodeagent/vmi"
 )
 
@@ -122,6 +123,15 @@ func run() int {
 	if pluginDir == "" {
 		pluginDir = filepath.Join(kubeletRoot, "device-plugins")
 	}
+	// Before anything can mark the node schedulable: a launcher Pod with
+	// passt names this profile, and the kubelet fails its container
+	// without it.
+	profile, err := seccomp.Install(kubeletRoot)
+	if err != nil {
+		klog.ErrorS(err, "Installing the passt launcher's seccomp profile")
+		return 1
+	}
+	klog.InfoS("Seccomp profile installed", "path", profile, "from", seccomp.Source())
 	cfg, err := restConfig(kubeconfig)
 	if err != nil {
 		klog.ErrorS(err, "Kubernetes client configuration")

@@ -34,7 +34,7 @@ func TestPasstOnlyPodDropsNetworkPrivileges(t *testing.T) {
 			}
 			c := pod.Spec.Containers[0]
 			caps := c.SecurityContext.Capabilities.Add
-			for _, n := range NetworkCapabilities {
+			for _, n := range launcherpod.NetworkCapabilities {
 				if slices.Contains(caps, n) != tc.wantNet {
 					t.Errorf("capability %s added: %v, want %v (%v)", n, !tc.wantNet, tc.wantNet, caps)
 				}
@@ -44,6 +44,15 @@ func TestPasstOnlyPodDropsNetworkPrivileges(t *testing.T) {
 			}
 			if _, tun := c.Resources.Limits[launcherpod.ResourceTun]; tun != tc.wantNet {
 				t.Errorf("tun device requested: %v, want %v", tun, tc.wantNet)
+			}
+			// passt's sandbox needs pivot_root: kemu's Localhost profile.
+			sp := c.SecurityContext.SeccompProfile
+			if passt := !tc.wantNet; passt {
+				if sp == nil || sp.Type != corev1.SeccompProfileTypeLocalhost || sp.LocalhostProfile == nil || *sp.LocalhostProfile != launcherpod.PasstSeccompProfile {
+					t.Errorf("seccomp %+v, want Localhost %s", sp, launcherpod.PasstSeccompProfile)
+				}
+			} else if sp == nil || sp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("seccomp %+v, want RuntimeDefault", sp)
 			}
 		})
 	}

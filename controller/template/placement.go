@@ -8,13 +8,6 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
-// PlacementCapabilities are added to the compute container's capabilities
-// for a VMI with dedicatedCpuPlacement: the launcher (root) pins QEMU's
-// threads, which run as another user (107), with sched_setaffinity(2) and,
-// for realtime, sets their SCHED_FIFO policy; both need CAP_SYS_NICE. The
-// launcher drops it with the rest of its setup capabilities once the VM runs.
-var PlacementCapabilities = []corev1.Capability{"SYS_NICE"}
-
 // DedicatedInitCPU is the CPU request and limit of a dedicated-CPU Pod's
 // init containers: a Guaranteed Pod's containers all have limits equal to
 // requests, and a fraction of a CPU keeps them in the node's shared pool

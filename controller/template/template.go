@@ -21,35 +21,17 @@ import (
 	"github.com/kemu-dev/kemu/api/validation"
 )
 
-// LauncherCapabilities are the compute container's capabilities, all of
-// them for the launcher's setup: taps, bridge, nftables and the DHCP server
-// in the Pod's network namespace (NET_ADMIN, NET_RAW, NET_BIND_SERVICE);
-// QEMU's device cgroup, its eBPF program, the private cgroup2 and procfs
-// mounts (SYS_ADMIN, BPF); giving QEMU its disks and becoming its user
-// (CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, SETPCAP); stopping it (KILL).
-var LauncherCapabilities = []corev1.Capability{
-	"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SYS_ADMIN", "BPF",
-	"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL",
-}
-
-// FilesystemCapabilities are added to LauncherCapabilities for a VMI with
-// domain.devices.filesystems: each virtiofsd chroots into its shared
-// directory (as root of its own user namespace, launcher/virtiofs.go), and
-// RuntimeDefault seccomp, which it inherits, allows chroot(2) only to a
-// container holding SYS_CHROOT (docs/deploy.md).
-var FilesystemCapabilities = []corev1.Capability{"SYS_CHROOT"}
-
 // launcherCapabilities are the compute container's capabilities for vmi.
 func launcherCapabilities(vmi *v1.VirtualMachineInstance) []corev1.Capability {
-	caps := append([]corev1.Capability(nil), LauncherCapabilities...)
+	caps := append([]corev1.Capability(nil), launcherpod.Capabilities...)
 	if !NeedsTun(vmi) {
 		caps = withoutNetworkCapabilities(caps)
 	}
 	if len(vmi.Spec.Domain.Devices.Filesystems) > 0 {
-		caps = append(caps, FilesystemCapabilities...)
+		caps = append(caps, launcherpod.FilesystemCapabilities...)
 	}
 	if Dedicated(vmi) {
-		caps = append(caps, PlacementCapabilities...)
+		caps = append(caps, launcherpod.PlacementCapabilities...)
 	}
 	return caps
 }
@@ -170,7 +152,7 @@ func (s *Service) Render(in Input) (*corev1.Pod, error) {
 			// set. allowPrivilegeEscalation cannot be false beside
 			// SYS_ADMIN (the API server refuses the pair).
 			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: launcherCapabilities(b.in.VMI)},
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			SeccompProfile: seccompProfile(b.in.VMI),
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Ports:                    containerPorts(vmi),

@@ -454,7 +454,7 @@ func TestComputeSecurityContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := pod.Spec.Containers[0].SecurityContext.Capabilities.Add
-	if want := append(append([]corev1.Capability(nil), LauncherCapabilities...), "SYS_CHROOT"); !slices.Equal(got, want) {
+	if want := append(append([]corev1.Capability(nil), launcherpod.Capabilities...), "SYS_CHROOT"); !slices.Equal(got, want) {
 		t.Errorf("capabilities with a filesystem %v, want %v", got, want)
 	}
 }

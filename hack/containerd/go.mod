@@ -2,7 +2,10 @@ module github.com/kemu-dev/kemu/hack/containerd
 
 go 1.26.6
 
-require github.com/containerd/containerd/v2 v2.4.2
+require (
+	github.com/containerd/containerd/v2 v2.4.2
+	github.com/opencontainers/runtime-spec v1.3.0
+)
 
 require (
 	cyphar.com/go-pathrs v0.2.5 // indirect
@@ -81,7 +84,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/opencontainers/selinux v1.15.1 // indirect
 	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
 	github.com/petermattis/goid v0.0.0-20240813172612-4fcff4a6cae7 // indirect

@@ -80,7 +80,7 @@ func multusBinary(explicit string) (string, error) {
 
 // setupMultus gives the node a CNI bin folder of its own (Debian's plugins
 // and Multus) and puts Multus's conf first in its conf folder, delegating
-// the cluster network to the node's bridge conflist (so Pods keep their
+// the cluster network to the node's bridge conf (so Pods keep their
 // network, names and addresses) and reading Pods and
 // NetworkAttachmentDefinitions with the cluster's kubeconfig. It returns
 // the bin folder for containerd.
@@ -118,7 +118,7 @@ func (n *Node) setupMultus(opts Options) (string, error) {
 		"name":           "multus-cni-network",
 		"type":           "multus",
 		"kubeconfig":     n.c.Kubeconfig,
-		"clusterNetwork": filepath.Join(confDir, "10-"+cniNetwork+".conflist"),
+		"clusterNetwork": n.podNetworkConf(true),
 		"confDir":        confDir,
 		"cniDir":         "/var/lib/cni/multus", // the node's own /var/lib
 		"binDir":         binDir,

@@ -205,8 +205,11 @@ func (n *Node) start(ctx context.Context, opts Options, imgDir, wrapper string) 
 	if err := n.routeKubernetesService(ctx); err != nil {
 		return err
 	}
-	conflist := filepath.Join(n.Dir, "cni", "net.d", "10-"+cniNetwork+".conflist")
-	if err := os.WriteFile(conflist, []byte(cniConflist(n.PodCIDR)), 0o644); err != nil {
+	netConf, netConfText := n.podNetworkConf(opts.Multus), cniConflist(n.PodCIDR)
+	if opts.Multus {
+		netConfText = cniConf(n.PodCIDR)
+	}
+	if err := os.WriteFile(netConf, []byte(netConfText), 0o644); err != nil {
 		return fmt.Errorf("cluster: node %s: %w", n.Name, err)
 	}
 	binDir := cniBinDir
@@ -655,6 +658,15 @@ done
 exec runc "$@"
 `
 
+// podNetworkConf is the file of the node's Pod network: a conflist, or,
+// with Multus in front of it, a single plugin's conf (cniConf).
+func (n *Node) podNetworkConf(multus bool) string {
+	if multus {
+		return filepath.Join(n.Dir, "cni", "net.d", "10-"+cniNetwork+".conf")
+	}
+	return filepath.Join(n.Dir, "cni", "net.d", "10-"+cniNetwork+".conflist")
+}
+
 // cniConflist is a node's Pod network: a bridge in the node's network
 // namespace, with host-local addresses from the node's range (state in the
 // node's /var/lib/cni). The node routes other nodes' ranges (startNamespaces).
@@ -662,20 +674,36 @@ func cniConflist(podCIDR string) string {
 	b, _ := json.MarshalIndent(map[string]any{
 		"cniVersion": "0.4.0",
 		"name":       cniNetwork,
-		"plugins": []any{map[string]any{
-			"type":        "bridge",
-			"bridge":      cniBridge,
-			"isGateway":   true,
-			"ipMasq":      false,
-			"hairpinMode": true,
-			"ipam": map[string]any{
-				"type":   "host-local",
-				"ranges": [][]map[string]string{{{"subnet": podCIDR}}},
-				"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
-			},
-		}},
+		"plugins":    []any{cniBridgePlugin(podCIDR)},
 	}, "", "  ")
 	return string(b)
+}
+
+// cniConf is the same network as a single plugin's conf (with Multus:
+// Multus 4.2 and 4.3 delete a conflist delegate with a copy that lost every
+// plugin-specific field, the bridge's IPAM ranges included, and so never
+// delete the Pod's network — multus-cni issue 1449, fixed after 4.3.0 by
+// its pull request 1521; a single conf's bytes are kept whole).
+func cniConf(podCIDR string) string {
+	conf := cniBridgePlugin(podCIDR)
+	conf["cniVersion"], conf["name"] = "0.4.0", cniNetwork
+	b, _ := json.MarshalIndent(conf, "", "  ")
+	return string(b)
+}
+
+func cniBridgePlugin(podCIDR string) map[string]any {
+	return map[string]any{
+		"type":        "bridge",
+		"bridge":      cniBridge,
+		"isGateway":   true,
+		"ipMasq":      false,
+		"hairpinMode": true,
+		"ipam": map[string]any{
+			"type":   "host-local",
+			"ranges": [][]map[string]string{{{"subnet": podCIDR}}},
+			"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+		},
+	}
 }
 
 // containerdConfig keeps containerd's root, state, sockets and runc's state

@@ -75,6 +75,14 @@ type vmiOptions struct {
 	evictionStrategy string
 	// bridge binds the pod network with bridge instead of masquerade.
 	bridge bool
+	// passt binds the pod network with passtBinding instead of masquerade.
+	passt bool
+	// multus adds a second interface and network of this name, a Multus
+	// network (networkName the same name) with the bridge binding.
+	multus string
+	// multusDefault makes the multus network the VMI's only one, in place
+	// of the pod network (multus.default: true, bridge binding).
+	multusDefault bool
 	// emptyDisk adds a 64Mi emptyDisk with this serial.
 	emptyDisk string
 	// cpuRequest is spec.domain.resources.requests.cpu ("" = the default).
@@ -137,9 +145,12 @@ func vmiManifest(o vmiOptions) string {
 	if !o.noNetwork {
 		w("    interfaces:")
 		w("    - name: default")
-		if o.bridge {
+		switch {
+		case o.bridge, o.multusDefault:
 			w("      bridge: {}")
-		} else {
+		case o.passt:
+			w("      passtBinding: {}")
+		default:
 			w("      masquerade: {}")
 		}
 		if len(o.ports) > 0 {
@@ -148,8 +159,19 @@ func vmiManifest(o vmiOptions) string {
 				w("      - {port: %d}", p)
 			}
 		}
+		if o.multus != "" && !o.multusDefault {
+			w("    - {name: %s, bridge: {}}", o.multus)
+		}
 		w("networks:")
-		w("- {name: default, pod: {}}")
+		switch {
+		case o.multusDefault:
+			w("- {name: default, multus: {networkName: %s, default: true}}", o.multus)
+		case o.multus != "":
+			w("- {name: default, pod: {}}")
+			w("- {name: %s, multus: {networkName: %s}}", o.multus, o.multus)
+		default:
+			w("- {name: default, pod: {}}")
+		}
 	}
 	if !o.kernel || o.userData != "" {
 		w("volumes:")

@@ -28,10 +28,16 @@ import (
 // command typed into kemuctl console runs in the guest. (Its marker is
 // printed at boot, before any console connects: the console does not
 // replay output, so tests type a command until its output shows.)
-const consoleShellUserData = `#!/bin/sh
-setsid sh -c 'exec /bin/sh -i </dev/console >/dev/console 2>&1' &
+const consoleShellUserData = "#!/bin/sh\n" + consoleShell
+
+// consoleShell is consoleShellUserData's script without its first line,
+// to append to another script.
+const consoleShell = `setsid sh -c 'exec /bin/sh -i </dev/console >/dev/console 2>&1' &
 echo "KEMU-GUEST console-shell" >/dev/console
 `
+
+// webShellUserData is webUserData plus the console shell.
+const webShellUserData = webUserData + consoleShell
 
 // user is a namespace user: a ServiceAccount of ns bound to one ClusterRole
 // by a RoleBinding, with its token as kubectl's and kemuctl's connection

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +32,7 @@ func TestProbes(t *testing.T) {
 		ev.c.Kubectl("-n", ns, "delete", "service", name, "--ignore-not-found")              //nolint:errcheck // best effort
 	})
 	t0 := time.Now()
-	ev.apply(t, vmiManifest(vmiOptions{name: name, userData: webUserData + strings.TrimPrefix(consoleShellUserData, "#!/bin/sh\n"), ports: []int{8080}, labels: map[string]string{"kemu-e2e": name},
+	ev.apply(t, vmiManifest(vmiOptions{name: name, userData: webShellUserData, ports: []int{8080}, labels: map[string]string{"kemu-e2e": name},
 		extraSpec: `readinessProbe:
   httpGet: {port: 8080, path: /index.html}
   periodSeconds: 2
