@@ -53,19 +53,25 @@ spec:
 
 // TestPlacement is issue 23's proof of CPU and memory placement on a real
 // node: the suite's kubelets run the static CPU manager policy (CPU 0
-// kept for the shared pool, CPU 1 exclusive) and see 2 MiB hugepages
-// (cluster.Options StaticCPUManager, HugePages2Mi). One VMI with
-// dedicatedCpuPlacement and hugepages pageSize 2Mi: its launcher Pod is
-// Guaranteed; the kubelet's CPU manager state file gives the compute
-// container one exclusive CPU, outside the shared pool; that CPU is the
-// launcher's and QEMU's cgroup cpuset (read on the host) and the
-// affinity of QEMU's vCPU thread (QMP query-cpus-fast's thread id, mapped
-// to its host thread with NSpid, sched_getaffinity on the host); the
-// launcher says it pinned vCPU 0 there; QEMU's guest RAM is hugetlbfs
-// pages of the Pod's HugePages-2Mi emptyDir (its smaps); the guest boots
-// and has 1 CPU and its memory (MemTotal 64–128 MiB). A second VMI with
-// isolateEmulatorThread needs 2 exclusive CPUs, which no node has: it
-// stays unschedulable with the scheduler's "Insufficient cpu".
+// kept for the shared pool, the others exclusive: CPU 1 on this 2-CPU
+// machine) and see 2 MiB hugepages (cluster.Options StaticCPUManager,
+// HugePages2Mi). One VMI with dedicatedCpuPlacement and hugepages pageSize
+// 2Mi: its launcher Pod is Guaranteed; the kubelet's CPU manager state
+// file gives the compute container exclusive CPUs, outside the shared
+// pool; they are the launcher's and QEMU's cgroup cpuset (read on the
+// host); the first is the only CPU in the affinity of QEMU's vCPU thread
+// (QMP query-cpus-fast's thread id, mapped to its host thread with NSpid,
+// sched_getaffinity on the host), and the launcher says it pinned vCPU 0
+// there; QEMU's guest RAM is hugetlbfs pages of the Pod's HugePages-2Mi
+// emptyDir (its smaps); the guest boots and has 1 CPU and its memory
+// (MemTotal 64–128 MiB).
+//
+// isolateEmulatorThread needs one exclusive CPU more. On a node with one
+// exclusive CPU (this machine) a second VMI asking for it stays
+// unschedulable with the scheduler's "Insufficient cpu"; on a node with
+// two or more (a CI runner with more CPUs) the VMI itself asks for it,
+// and QEMU's main thread is on the second CPU, the vCPU alone on the
+// first.
 func TestPlacement(t *testing.T) {
 	ev := need(t)
 	dumpOnFailure(t, ev)
@@ -75,36 +81,50 @@ func TestPlacement(t *testing.T) {
 	t.Cleanup(func() {
 		ev.c.Kubectl("-n", ns, "delete", "vmi", name, isolated, "--ignore-not-found", "--timeout=3m") //nolint:errcheck // best effort
 	})
-	free0 := meminfoKB(t, "HugePages_Free")
-	t0 := time.Now()
-	ev.apply(t, placementManifest(isolated, true))
-	ev.apply(t, placementManifest(name, false))
-
-	// isolateEmulatorThread: 1 vCPU + 1 emulator CPU = a 2-CPU Pod; the
-	// nodes' allocatable CPU is 2 − StaticCPUReservation.
-	err := poll(ctx, 250*time.Millisecond, func() error {
-		vmi, err := ev.getVMI(ctx, isolated)
-		if err != nil || vmi == nil {
-			return fmt.Errorf("VMI %s: %v", isolated, err)
-		}
-		c := condition(vmi, "PodScheduled")
-		if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable || !strings.Contains(c.Message, "Insufficient cpu") {
-			return fmt.Errorf("VMI %s phase %s, PodScheduled %+v; want False Unschedulable, Insufficient cpu", isolated, vmi.Status.Phase, c)
-		}
-		t.Logf("isolateEmulatorThread on a node with 1 exclusive CPU: PodScheduled False %s: %s", c.Reason, c.Message)
-		return nil
-	})
+	// Every node is this machine: its CPUs less the one the static
+	// policy keeps shared (StaticCPUReservation rounded up) are exclusive.
+	first, err := ev.kube.CoreV1().Nodes().Get(ctx, ev.c.Nodes[0].Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := ev.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: launcherpod.VMINameLabel + "=" + isolated})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("launcher Pods of %s: %v %v", isolated, pods, err)
+	exclusiveCPUs := first.Status.Capacity.Cpu().Value() - 1
+	isolate := exclusiveCPUs >= 2
+	t.Logf("nodes: %d CPUs, %d exclusive: isolateEmulatorThread %s", first.Status.Capacity.Cpu().Value(), exclusiveCPUs,
+		map[bool]string{true: "on the VMI", false: "shown unschedulable"}[isolate])
+	free0 := meminfoKB(t, "HugePages_Free")
+	t0 := time.Now()
+	if !isolate {
+		ev.apply(t, placementManifest(isolated, true))
 	}
-	if cpu := pods.Items[0].Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("2")) != 0 {
-		t.Errorf("isolateEmulatorThread Pod requests %s CPUs, want 2", cpu.String())
+	ev.apply(t, placementManifest(name, isolate))
+
+	if !isolate {
+		// 1 vCPU + 1 emulator CPU = a 2-CPU Pod; a node's allocatable CPU
+		// is 2 − StaticCPUReservation.
+		err := poll(ctx, 250*time.Millisecond, func() error {
+			vmi, err := ev.getVMI(ctx, isolated)
+			if err != nil || vmi == nil {
+				return fmt.Errorf("VMI %s: %v", isolated, err)
+			}
+			c := condition(vmi, "PodScheduled")
+			if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable || !strings.Contains(c.Message, "Insufficient cpu") {
+				return fmt.Errorf("VMI %s phase %s, PodScheduled %+v; want False Unschedulable, Insufficient cpu", isolated, vmi.Status.Phase, c)
+			}
+			t.Logf("isolateEmulatorThread on a node with 1 exclusive CPU: PodScheduled False %s: %s", c.Reason, c.Message)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := ev.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: launcherpod.VMINameLabel + "=" + isolated})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("launcher Pods of %s: %v %v", isolated, pods, err)
+		}
+		if cpu := pods.Items[0].Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("2")) != 0 {
+			t.Errorf("isolateEmulatorThread Pod requests %s CPUs, want 2", cpu.String())
+		}
+		ev.kubectl(t, "-n", ns, "delete", "vmi", isolated, "--wait=false")
 	}
-	ev.kubectl(t, "-n", ns, "delete", "vmi", isolated, "--wait=false")
 
 	vmi := ev.waitRunning(ctx, t, name, bootTimeout)
 	t.Logf("%s Running on %s %s after the apply", name, vmi.Status.NodeName, time.Since(t0).Round(time.Millisecond))
@@ -112,7 +132,7 @@ func TestPlacement(t *testing.T) {
 	if node == nil {
 		t.Fatalf("VMI on %q, not a node of the cluster", vmi.Status.NodeName)
 	}
-	pods, err = ev.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: launcherpod.VMINameLabel + "=" + name})
+	pods, err := ev.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: launcherpod.VMINameLabel + "=" + name})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("launcher Pods of %s: %v %v", name, pods, err)
 	}
@@ -131,7 +151,7 @@ func TestPlacement(t *testing.T) {
 	}
 
 	// The kubelet's static CPU manager: its state file names the compute
-	// container's CPU, which is out of the shared pool.
+	// container's CPUs, which are out of the shared pool.
 	state := cpuManagerState(t, node)
 	if state.PolicyName != "static" {
 		t.Fatalf("cpu_manager_state policy %q, want static", state.PolicyName)
@@ -139,10 +159,19 @@ func TestPlacement(t *testing.T) {
 	exclusive := parseCPUs(t, state.Entries[string(pod.UID)][launcherpod.ComputeContainer])
 	shared := parseCPUs(t, state.DefaultCPUSet)
 	t.Logf("cpu_manager_state: compute container %v, shared pool %v", exclusive, shared)
-	if len(exclusive) != 1 || slices.Contains(shared, exclusive[0]) {
-		t.Fatalf("cpu_manager_state %+v: the compute container of Pod %s should have 1 CPU outside the shared pool", state, pod.UID)
+	want := 1
+	if isolate {
+		want = 2
 	}
-	cpu := exclusive[0]
+	if len(exclusive) != want || slices.ContainsFunc(exclusive, func(c int) bool { return slices.Contains(shared, c) }) {
+		t.Fatalf("cpu_manager_state %+v: the compute container of Pod %s should have %d CPUs outside the shared pool", state, pod.UID, want)
+	}
+	// The launcher pins vCPU 0 to its first CPU; the other QEMU threads to
+	// the next one with isolateEmulatorThread, else to all of its CPUs.
+	vcpuCPU, emulatorCPUs := exclusive[0], exclusive
+	if isolate {
+		emulatorCPUs = exclusive[1:2]
+	}
 
 	// The container's cgroup cpuset, the launcher's and QEMU's, on the host.
 	lpid, err := launcherPid(string(pod.UID))
@@ -155,14 +184,15 @@ func TestPlacement(t *testing.T) {
 		pid  int
 	}{{"kemu-launcher", lpid}, {"QEMU", qpid}} {
 		path, cpus := cgroupCPUs(t, p.pid)
-		if !slices.Equal(cpus, []int{cpu}) {
-			t.Errorf("%s (pid %d): cgroup cpuset %s = %v, want [%d]", p.what, p.pid, path, cpus, cpu)
+		if !slices.Equal(cpus, exclusive) {
+			t.Errorf("%s (pid %d): cgroup cpuset %s = %v, want %v", p.what, p.pid, path, cpus, exclusive)
 		} else {
 			t.Logf("%s (pid %d): %s = %v", p.what, p.pid, path, cpus)
 		}
 	}
 
-	// QEMU's vCPU thread, as QEMU reports it, on the host.
+	// QEMU's vCPU thread, as QEMU reports it, and its main thread, on the
+	// host.
 	out := ev.run(ctx, t, "shell", name, "-n", ns, "-o", "json", "-c", "qmp query-cpus-fast")
 	var reply struct {
 		Return []struct {
@@ -174,18 +204,21 @@ func TestPlacement(t *testing.T) {
 		t.Fatalf("query-cpus-fast: %v %q", err, out)
 	}
 	tid, comm := hostThread(t, qpid, reply.Return[0].ThreadID)
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(tid, &set); err != nil {
-		t.Fatal(err)
-	}
-	if set.Count() != 1 || !set.IsSet(cpu) {
-		t.Errorf("vCPU 0 (QEMU thread %d, host thread %d %q): affinity of %d CPUs, want only CPU %d", reply.Return[0].ThreadID, tid, comm, set.Count(), cpu)
-	} else {
-		t.Logf("vCPU 0: QEMU thread %d = host thread %d %q, sched_getaffinity {%d}", reply.Return[0].ThreadID, tid, comm, cpu)
+	for _, th := range []struct {
+		what string
+		tid  int
+		want []int
+	}{{fmt.Sprintf("vCPU 0 (QEMU thread %d, host thread %d %q)", reply.Return[0].ThreadID, tid, comm), tid, []int{vcpuCPU}},
+		{fmt.Sprintf("QEMU's main thread (host %d)", qpid), qpid, emulatorCPUs}} {
+		if got := affinity(t, th.tid); !slices.Equal(got, th.want) {
+			t.Errorf("%s: sched_getaffinity %v, want %v", th.what, got, th.want)
+		} else {
+			t.Logf("%s: sched_getaffinity %v", th.what, got)
+		}
 	}
 	logs := ev.kubectl(t, "-n", ns, "logs", pod.Name, "-c", launcherpod.ComputeContainer)
-	if !strings.Contains(logs, `"QEMU's threads pinned"`) || !strings.Contains(logs, fmt.Sprintf("vcpuCPUs=[%d]", cpu)) {
-		t.Errorf("the launcher's log has no \"QEMU's threads pinned\" with vcpuCPUs=[%d]:\n%s", cpu, tail(logs, 3000))
+	if !strings.Contains(logs, `"QEMU's threads pinned"`) || !strings.Contains(logs, fmt.Sprintf("vcpuCPUs=[%d] emulatorCPUs=%s", vcpuCPU, cpuSlice(emulatorCPUs))) {
+		t.Errorf("the launcher's log has no \"QEMU's threads pinned\" with vcpuCPUs=[%d] emulatorCPUs=%s:\n%s", vcpuCPU, cpuSlice(emulatorCPUs), tail(logs, 3000))
 	}
 
 	// Guest RAM in hugepages: QEMU maps its file in the Pod's hugetlbfs.
@@ -217,8 +250,29 @@ func TestPlacement(t *testing.T) {
 	t.Logf("guest ready %s after the apply: %s", time.Since(t0).Round(time.Millisecond), ready.Raw)
 
 	ev.deleteVMI(ctx, t, name)
-	ev.waitPodsGone(ctx, t, launcherpod.VMINameLabel+"="+isolated)
+	if !isolate {
+		ev.waitPodsGone(ctx, t, launcherpod.VMINameLabel+"="+isolated)
+	}
 }
+
+// affinity is a thread's CPU affinity (sched_getaffinity).
+func affinity(t *testing.T, tid int) []int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(tid, &set); err != nil {
+		t.Fatalf("sched_getaffinity(%d): %v", tid, err)
+	}
+	var out []int
+	for c := 0; c < 4096 && len(out) < set.Count(); c++ {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cpuSlice is how klog writes a []int: [1 2].
+func cpuSlice(cpus []int) string { return fmt.Sprint(cpus) }
 
 // cpuManagerStateFile is the kubelet's CPU manager checkpoint in its root.
 type cpuManagerStateFile struct {
