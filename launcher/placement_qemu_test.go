@@ -53,22 +53,32 @@ func meminfo(t *testing.T, key string) int {
 	return 0
 }
 
-// hugetlbfs reserves 2 MiB pages on the host (vm.nr_hugepages, restored
-// after) and mounts a hugetlbfs of them (unmounted after).
+// hugetlbfs adds 2 MiB pages to the host's pool (taken out again after,
+// relative to the pool then: the e2e suite's test cluster adds and takes
+// out its own pages, maybe meanwhile) and mounts a hugetlbfs of them
+// (unmounted after).
 func hugetlbfs(t *testing.T, pages int) string {
 	t.Helper()
-	const sysctl = "/proc/sys/vm/nr_hugepages"
-	old, err := os.ReadFile(sysctl)
-	if err != nil {
-		t.Fatal(err)
+	const pool = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+	read := func() int {
+		b, err := os.ReadFile(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("%s: %v", pool, err)
+		}
+		return n
 	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(old)))
-	if err := os.WriteFile(sysctl, []byte(strconv.Itoa(n+pages)), 0o644); err != nil {
+	n := read()
+	if err := os.WriteFile(pool, []byte(strconv.Itoa(n+pages)), 0o644); err != nil {
 		t.Fatalf("reserving hugepages: %v", err)
 	}
+	added := read() - n
 	t.Cleanup(func() {
-		if err := os.WriteFile(sysctl, old, 0o644); err != nil {
-			t.Errorf("restoring %s: %v", sysctl, err)
+		if err := os.WriteFile(pool, []byte(strconv.Itoa(max(read()-added, 0))), 0o644); err != nil {
+			t.Errorf("giving back %d hugepages (%s): %v", added, pool, err)
 		}
 	})
 	if free := meminfo(t, "HugePages_Free"); free < pages {

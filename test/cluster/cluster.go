@@ -84,6 +84,24 @@ type Options struct {
 	NodeLockTimeout time.Duration
 	// KubeletArgs are appended to the kubelet's flags.
 	KubeletArgs []string
+	// StaticCPUManager runs every node's kubelet with the static CPU
+	// manager policy (cpuManagerPolicy: static): each container of a
+	// Guaranteed Pod asking for whole CPUs gets CPUs of its own (its
+	// cpuset), every other container runs on the rest. The policy needs a
+	// CPU reservation: systemReserved cpu StaticCPUReservation, which the
+	// CPU manager rounds up to whole CPUs kept from exclusive use (the
+	// lowest: CPU 0) while allocatable CPU drops by that much only. Every
+	// node's kubelet sees all of the host's CPUs, so each node can hand out
+	// the same CPUs.
+	StaticCPUManager bool
+	// HugePages2Mi adds that many 2 MiB hugepages to the host's pool
+	// (/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages) before the
+	// kubelets start, so each node reports that hugepages-2Mi capacity
+	// (every node sees the same host pool). Stop gives back what Start
+	// added (a test process that dies leaves it in the node lock's record,
+	// and the next start gives it back); pages someone else added to the
+	// pool meanwhile stay.
+	HugePages2Mi int
 	// SchedulerArgs are appended to kube-scheduler's flags.
 	SchedulerArgs []string
 	// StartTimeout bounds Start (in addition to ctx). Default 90s, with
@@ -252,6 +270,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if prev != nil {
 			logf("cluster: cleaning up after a node of pid %d that did not stop (%s)", prev.Owner, prev.Dir)
 			if err := cleanupHost(prev); err != nil {
+				// What was put back is off the record (hugepages).
+				_ = saveHostState(lock, prev)
 				lock.Close()
 				return nil, err
 			}
@@ -312,6 +332,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.host = captureHost(dir, names)
 		if err := saveHostState(lock, c.host); err != nil {
 			return nil, fmt.Errorf("cluster: node lock: %w", err)
+		}
+		if opts.HugePages2Mi > 0 {
+			if err := reserveHugepages(lock, c.host, opts.HugePages2Mi); err != nil {
+				return nil, err
+			}
+			logf("cluster: %d 2 MiB hugepages added to the host's pool", opts.HugePages2Mi)
 		}
 		if err := setupBridge(); err != nil {
 			return nil, err

@@ -36,6 +36,9 @@ type hostState struct {
 	// nodes' bridge and the host ends of their veths.
 	Links   []string          `json:"links"`
 	Sysctls map[string]string `json:"sysctls"`
+	// HugePages2Mi is how many 2 MiB hugepages Start added to the host's
+	// pool (Options.HugePages2Mi); cleanup takes them out again.
+	HugePages2Mi int `json:"hugePages2Mi,omitempty"`
 }
 
 // hostStateVersion is hostState's format; a record of another format is
@@ -207,6 +210,9 @@ func cleanupHost(h *hostState) error {
 		if _, known := h.Dirs["/run/netns"]; known {
 			_ = os.Remove("/run/netns")
 		}
+	}
+	if err := releaseHugepages(h); err != nil {
+		errs = append(errs, err)
 	}
 	for s, v := range h.Sysctls {
 		p := "/proc/sys/" + s
@@ -497,4 +503,65 @@ func Leftovers(dir, lockPath string) []string {
 		}
 	}
 	return out
+}
+
+// hugepages2MiPool is the host's pool of 2 MiB hugepages (whatever the
+// default hugepage size: /proc/sys/vm/nr_hugepages is the default size's); a
+// variable for the unit test.
+var hugepages2MiPool = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+
+func readPool() (int, error) {
+	b, err := os.ReadFile(hugepages2MiPool)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// reserveHugepages adds n pages to the host's 2 MiB pool, on the record
+// (h, saved in the lock file) before and after: first n, then what the
+// kernel really added, so that a test process dying at any point leaves
+// no more than it added to give back. The change is relative (not a value
+// to restore), so others adding to and taking from the pool meanwhile (the
+// launcher's hugepages test) keep theirs. Fewer pages than asked is an
+// error (memory short or fragmented); cleanup gives back what was added.
+func reserveHugepages(lock *os.File, h *hostState, n int) error {
+	before, err := readPool()
+	if err != nil {
+		return fmt.Errorf("cluster: 2 MiB hugepages: %w", err)
+	}
+	h.HugePages2Mi = n
+	if err := saveHostState(lock, h); err != nil {
+		return fmt.Errorf("cluster: node lock: %w", err)
+	}
+	werr := os.WriteFile(hugepages2MiPool, []byte(strconv.Itoa(before+n)), 0o644)
+	after, err := readPool()
+	if err != nil {
+		return fmt.Errorf("cluster: 2 MiB hugepages: %w", err)
+	}
+	h.HugePages2Mi = max(after-before, 0)
+	if err := saveHostState(lock, h); err != nil {
+		return fmt.Errorf("cluster: node lock: %w", err)
+	}
+	if werr != nil || after < before+n {
+		return fmt.Errorf("cluster: adding %d 2 MiB hugepages to the host's %d: the pool has %d (%v)", n, before, after, werr)
+	}
+	return nil
+}
+
+// releaseHugepages takes the pages Start added out of the host's pool
+// (pages still in use leave it as they are freed) and clears the record.
+func releaseHugepages(h *hostState) error {
+	if h.HugePages2Mi <= 0 {
+		return nil
+	}
+	cur, err := readPool()
+	if err != nil {
+		return fmt.Errorf("2 MiB hugepages: %w", err)
+	}
+	if err := os.WriteFile(hugepages2MiPool, []byte(strconv.Itoa(max(cur-h.HugePages2Mi, 0))), 0o644); err != nil {
+		return fmt.Errorf("giving back %d 2 MiB hugepages: %w", h.HugePages2Mi, err)
+	}
+	h.HugePages2Mi = 0
+	return nil
 }

@@ -232,7 +232,7 @@ func (n *Node) start(ctx context.Context, opts Options, imgDir, wrapper string) 
 		}
 	}
 	kubeletConfig := filepath.Join(n.Dir, "kubelet-config.yaml")
-	if err := os.WriteFile(kubeletConfig, []byte(kubeletConfigYAML(n)), 0o644); err != nil {
+	if err := os.WriteFile(kubeletConfig, []byte(kubeletConfigYAML(n, opts)), 0o644); err != nil {
 		return fmt.Errorf("cluster: node %s: %w", n.Name, err)
 	}
 	n.healthzURL = fmt.Sprintf("http://%s:%d/healthz", n.IP, kubeletHealthzPort)
@@ -512,6 +512,8 @@ func (c *Cluster) stopNodes() error {
 	if c.host != nil {
 		if err := cleanupHost(c.host); err != nil {
 			errs = append(errs, err)
+			// What was put back is off the record (hugepages).
+			_ = saveHostState(c.lock, c.host)
 		} else if err := saveHostState(c.lock, nil); err != nil {
 			errs = append(errs, fmt.Errorf("cluster: node lock: %w", err))
 		}
@@ -752,12 +754,30 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // kubeletHealthzPort is the kubelet's healthz port on the node's address.
 const kubeletHealthzPort = 10248
 
+// StaticCPUReservation is the systemReserved CPU of a node with
+// Options.StaticCPUManager. The static policy needs a reservation above
+// zero and keeps its ceiling (one whole CPU) from exclusive use, while
+// allocatable CPU drops by this much only: reservedSystemCPUs: "0" would
+// take a whole CPU off allocatable, leaving 1 of the machine's 2 CPUs,
+// and a Pod asking for that one CPU would not fit next to any other Pod
+// requesting CPU on the node (the node agent's).
+const StaticCPUReservation = "100m"
+
 // kubeletConfigYAML is a KubeletConfiguration for a throw-away test node on a
 // cgroup v1 (or v2) host with a small disk: the node's own cgroup root,
 // relaxed eviction and image GC, anonymous access with AlwaysAllow (so
 // kubectl logs/exec work through the apiserver without kubelet client
 // certificates). Ports are the defaults: each node has its own network.
-func kubeletConfigYAML(n *Node) string {
+// With opts.StaticCPUManager, the static CPU manager policy. Its state
+// file (<root-dir>/cpu_manager_state) is in the node's /var/lib, new with
+// each cluster, and the policy is the same for the cluster's life
+// (Node.Start, RestartKubelet): the kubelet refuses to start on a state
+// file of another policy.
+func kubeletConfigYAML(n *Node, opts Options) string {
+	var cpuManager string
+	if opts.StaticCPUManager {
+		cpuManager = fmt.Sprintf("cpuManagerPolicy: static\nsystemReserved:\n  cpu: %s\n", StaticCPUReservation)
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -794,7 +814,7 @@ serializeImagePulls: false
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 resolvConf: /etc/resolv.conf
-`, n.cgroupRoot(), n.ContainerdSocket, podLogsRoot, n.IP, kubeletHealthzPort)
+%s`, n.cgroupRoot(), n.ContainerdSocket, podLogsRoot, n.IP, kubeletHealthzPort, cpuManager)
 }
 
 // errNoNodes is what node methods of a Cluster without nodes return.

@@ -51,6 +51,10 @@ func killCgroupProcs([]string, time.Duration) error { return nil }
 
 func foreignKubelet() error { return nil }
 
+func reserveHugepages(*os.File, *hostState, int) error {
+	return errors.New("cluster: nodes run on Linux only")
+}
+
 func killMentioning(string, time.Duration) error { return nil }
 func nodeCgroupDirs(string) []string             { return nil }
 func setupBridge() error                         { return errors.New("cluster: nodes run on Linux only") }

@@ -148,8 +148,12 @@ func setup(ctx context.Context) (*env, error) {
 	// Two nodes. The node lifecycle controller marks a node whose kubelet
 	// stopped NotReady after 20 s (TestNodeFailure). Multus's thin plugin
 	// in front of each node's bridge network (every Pod's network goes
-	// through it; TestMultusSecondaryNetwork adds a secondary one).
+	// through it; TestMultusSecondaryNetwork adds a secondary one). The
+	// kubelets run the static CPU manager policy and see 2 MiB hugepages
+	// (TestPlacement; Burstable and BestEffort Pods run on every CPU as
+	// before).
 	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, Multus: true, Logf: logf,
+		StaticCPUManager: true, HugePages2Mi: placementHugepages,
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=20s"}})
 	if err != nil {
 		<-built
