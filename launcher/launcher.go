@@ -213,7 +213,7 @@ func New(cfg Config) (*Launcher, error) {
 		cfg.Swtpm = DefaultSwtpm
 	}
 	if v1.HasPersistentTPM(&vmi.Spec) && cfg.VMStateDir == "" {
-		return nil, errors.New("launcher: spec.domain.devices.tpm.persistent: no backend storage to keep the TPM's state on (a launcher Pod mounts its VM's persistent-state-for claim; Config.VMStateDir)")
+		return nil, errors.New("launcher: spec.domain.devices.tpm.persistent: no backend storage to keep the TPM's state on (a launcher Pod mounts its VM's persistent-state-for claim; kemuctl run: --vm-state DIR)")
 	}
 	if cfg.Accel != "" && cfg.Accel != "kvm" && cfg.Accel != "tcg" {
 		return nil, fmt.Errorf("launcher: accelerator %q is not kvm or tcg", cfg.Accel)
