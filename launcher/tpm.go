@@ -28,6 +28,13 @@ const DefaultSwtpm = "/usr/bin/swtpm"
 // socket (--ctrl type=unixio,fd=…).
 const swtpmCtrlFD = 3
 
+// swtpmStateFD is the fd at which swtpm inherits a persistent state's
+// directory, the one persistentState checked: its --tpmstate is
+// /proc/self/fd/4, so swtpm works in exactly that directory (whatever the
+// claim's paths become) and needs no search permission on the claim's
+// root, whoever owns it.
+const swtpmStateFD = 4
+
 // swtpmStateDir is the TPM's state directory in the runtime directory: it
 // lives as long as the VMI (a TPM that is not persistent).
 const swtpmStateDir = "swtpm-state"
@@ -96,7 +103,7 @@ func (l *Launcher) grantTPM(id unpriv.Identity) error {
 		return nil
 	}
 	if l.tpm.persistent {
-		defer l.tpm.closeState()
+		defer l.tpm.closeEntries()
 		for _, f := range l.tpm.stateFiles {
 			// fchownat(fd, "", AT_EMPTY_PATH): the descriptor's own file
 			// (entries are O_PATH descriptors, which fchown refuses).
@@ -135,11 +142,21 @@ func (l *Launcher) startSwtpm(id unpriv.Identity, cgroupFD int) error {
 	if t == nil {
 		return nil
 	}
-	cmd := exec.Command(l.cfg.Swtpm, swtpmArgs(t.state)...)
-	cmd.ExtraFiles = []*os.File{t.listener} // fd swtpmCtrlFD
+	state := t.state
+	files := []*os.File{t.listener} // fd swtpmCtrlFD
+	if t.persistent {
+		if len(t.stateFiles) == 0 {
+			return fmt.Errorf("launcher: TPM (spec.domain.devices.tpm.persistent): the state's directory is not open")
+		}
+		files = append(files, t.stateFiles[0]) // fd swtpmStateFD
+		state = fmt.Sprintf("/proc/self/fd/%d", swtpmStateFD)
+	}
+	cmd := exec.Command(l.cfg.Swtpm, swtpmArgs(state)...)
+	cmd.ExtraFiles = files
 	err := l.startDaemon(&t.daemon, cmd, id, cgroupFD)
 	t.listener.Close() // swtpm has its own copy, or will never run
 	t.listener = nil
+	t.closeState()
 	if err != nil {
 		return fmt.Errorf("launcher: TPM (spec.domain.devices.tpm): starting %s: %w", l.cfg.Swtpm, err)
 	}
@@ -168,6 +185,17 @@ func (t *swtpm) closeState() {
 		f.Close()
 	}
 	t.stateFiles = nil
+}
+
+// closeEntries closes the state's entries, keeping its directory for
+// swtpm to inherit (swtpmStateFD).
+func (t *swtpm) closeEntries() {
+	if len(t.stateFiles) > 1 {
+		for _, f := range t.stateFiles[1:] {
+			f.Close()
+		}
+		t.stateFiles = t.stateFiles[:1]
+	}
 }
 
 // Bounds of a persistent TPM's state directory: swtpm keeps a handful of

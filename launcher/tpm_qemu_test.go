@@ -5,7 +5,6 @@ package launcher
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -107,43 +106,6 @@ func TestTPM(t *testing.T) {
 	}
 }
 
-// tpmCommand is a guest shell command that sends the raw TPM 2.0 command
-// cmd to /dev/tpm0 (busybox printf, every byte an octal escape) and prints
-// the response in hex.
-func tpmCommand(cmd []byte) string {
-	var esc strings.Builder
-	for _, b := range cmd {
-		fmt.Fprintf(&esc, `\%03o`, b)
-	}
-	return `exec 3<>/dev/tpm0 && printf '` + esc.String() + `' >&3 && dd bs=256 count=1 <&3 2>/dev/null | od -An -tx1 | tr -d ' \n'`
-}
-
-// Raw TPM 2.0 commands on the NV index 0x01500001 (8 bytes, owner and
-// index authorization, empty passwords): each with one password session
-// (TPM_RS_PW, empty nonce and HMAC).
-var (
-	pwSession     = []byte{0, 0, 0, 9, 0x40, 0, 0, 9, 0, 0, 0, 0, 0}
-	nvIndex       = []byte{0x01, 0x50, 0x00, 0x01}
-	nvDefineSpace = concat([]byte{0x80, 0x02, 0, 0, 0, 45, 0, 0, 0x01, 0x2a, 0x40, 0, 0, 1}, pwSession,
-		[]byte{0, 0, 0, 14}, nvIndex, []byte{0, 0x0b, 0x00, 0x06, 0x00, 0x06, 0, 0, 0, 8}) // TPM2_NV_DefineSpace
-	nvRead = concat([]byte{0x80, 0x02, 0, 0, 0, 35, 0, 0, 0x01, 0x4e}, nvIndex, nvIndex, pwSession,
-		[]byte{0, 8, 0, 0}) // TPM2_NV_Read, 8 bytes at 0
-)
-
-// nvWrite is TPM2_NV_Write of the 8 bytes data at offset 0.
-func nvWrite(data [8]byte) []byte {
-	return concat([]byte{0x80, 0x02, 0, 0, 0, 43, 0, 0, 0x01, 0x37}, nvIndex, nvIndex, pwSession,
-		[]byte{0, 8}, data[:], []byte{0, 0})
-}
-
-func concat(parts ...[]byte) []byte {
-	var b []byte
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	return b
-}
-
 // A persistent TPM's state outlives its launcher: the first launcher makes
 // swtpm's state directory on the backend storage (a directory standing in
 // for the launcher Pod's claim) and the guest writes 8 random bytes into a
@@ -158,7 +120,6 @@ func TestPersistentTPM(t *testing.T) {
 	if _, err := rand.Read(data[:]); err != nil {
 		t.Fatal(err)
 	}
-	want := hex.EncodeToString(data[:])
 	yaml := strings.Replace(tpmVMI, "tpm: {}", "tpm: {persistent: true}", 1)
 	run := func(first bool) {
 		cfg := newConfig(t, parseVMI(t, yaml))
@@ -175,17 +136,15 @@ func TestPersistentTPM(t *testing.T) {
 			t.Errorf("guest's TPM driver %q, want tpm_crb", got)
 		}
 		if first {
-			for _, c := range [][]byte{nvDefineSpace, nvWrite(data)} {
-				// tag 8002, size 19, TPM_RC_SUCCESS.
-				if got := guestOut(t, ctx, v.l, tpmCommand(c)); !strings.HasPrefix(got, "800200000013"+"00000000") {
+			for _, c := range [][]byte{testguest.TPMNVDefineSpace, testguest.TPMNVWrite(data)} {
+				if got := guestOut(t, ctx, v.l, testguest.TPMCommand(c)); !strings.HasPrefix(got, testguest.TPMSessionsOK) {
 					t.Fatalf("TPM command %x: response %s", c, got)
 				}
 			}
 		}
-		// tag 8002, size 29, TPM_RC_SUCCESS, parameters 10 bytes, TPM2B of 8.
-		got := guestOut(t, ctx, v.l, tpmCommand(nvRead))
-		if !strings.HasPrefix(got, "80020000001d00000000"+"0000000a0008"+want) {
-			t.Errorf("first %v: NV_Read %s, want the data %s", first, got, want)
+		got := guestOut(t, ctx, v.l, testguest.TPMCommand(testguest.TPMNVRead))
+		if !strings.HasPrefix(got, testguest.TPMNVReadOK(data)) {
+			t.Errorf("first %v: NV_Read %s, want %s…", first, got, testguest.TPMNVReadOK(data))
 		}
 		t.Logf("first %v: NV_Read: %s", first, got)
 		if _, err := v.l.Kill(ctxFor(t, stepTimeout)); err != nil {
