@@ -38,7 +38,7 @@ func TestPersistentTPM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ev.c.Kubectl("-n", ns, "delete", "vm", name, "--ignore-not-found", "--timeout=3m")    //nolint:errcheck // best effort
+		ev.c.Kubectl("-n", ns, "delete", "vm", name, "--ignore-not-found", "--timeout=3m")   //nolint:errcheck // best effort
 		ev.c.Kubectl("-n", ns, "delete", "pvc", claim, "--ignore-not-found", "--timeout=1m") //nolint:errcheck // best effort
 		ev.c.Kubectl("delete", "pv", ns+"-"+name, "--ignore-not-found", "--timeout=1m")      //nolint:errcheck // best effort
 		os.RemoveAll(dir)
@@ -177,4 +177,3 @@ spec:
 		t.Error(err)
 	}
 }
-
