@@ -100,6 +100,11 @@ type Config struct {
 	// NodeName is the downward metrics' HostName (the Kubernetes node's
 	// name); "": this machine's host name (kemuctl run).
 	NodeName string
+	// VMStateDir is the VM's backend storage (the launcher Pod's
+	// persistent-state-for-<vm> claim, launcherpod.VMStateDir): a
+	// persistent TPM keeps swtpm's state in its swtpm/ (tpm.go). "": none,
+	// and a VMI with domain.devices.tpm.persistent: true is refused.
+	VMStateDir string
 	// HugepagesDir is a hugetlbfs mount for spec.domain.memory.hugepages
 	// (the launcher Pod's hugepages emptyDir; kemuctl run: /dev/hugepages).
 	HugepagesDir string
@@ -206,6 +211,9 @@ func New(cfg Config) (*Launcher, error) {
 	}
 	if cfg.Swtpm == "" {
 		cfg.Swtpm = DefaultSwtpm
+	}
+	if v1.HasPersistentTPM(&vmi.Spec) && cfg.VMStateDir == "" {
+		return nil, errors.New("launcher: spec.domain.devices.tpm.persistent: no backend storage to keep the TPM's state on (a launcher Pod mounts its VM's persistent-state-for claim; kemuctl run: --vm-state DIR)")
 	}
 	if cfg.Accel != "" && cfg.Accel != "kvm" && cfg.Accel != "tcg" {
 		return nil, fmt.Errorf("launcher: accelerator %q is not kvm or tcg", cfg.Accel)

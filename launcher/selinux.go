@@ -27,6 +27,18 @@ func (l *Launcher) labelFiles() error {
 	if err := l.label.LabelTree(l.cfg.Dir); err != nil {
 		return fmt.Errorf("launcher: labelling the VM's files: %w", err)
 	}
+	if l.tpm != nil && len(l.tpm.stateFiles) > 0 {
+		// A persistent TPM's state on the backend storage: through the
+		// descriptors persistentState opened (/proc/self/fd/N reaches
+		// exactly that file, whatever the claim's paths became since).
+		paths := make([]string, 0, len(l.tpm.stateFiles))
+		for _, f := range l.tpm.stateFiles {
+			paths = append(paths, fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+		}
+		if err := l.label.LabelFiles(paths...); err != nil {
+			return fmt.Errorf("launcher: labelling the TPM's persistent state: %w", err)
+		}
+	}
 	klog.InfoS("SELinux labels", "process", l.label.Process, "file", l.label.File)
 	return nil
 }

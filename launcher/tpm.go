@@ -3,14 +3,17 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/launcher/cmdline"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
@@ -25,6 +28,13 @@ const DefaultSwtpm = "/usr/bin/swtpm"
 // socket (--ctrl type=unixio,fd=…).
 const swtpmCtrlFD = 3
 
+// swtpmStateFD is the fd at which swtpm inherits a persistent state's
+// directory, the one persistentState checked: its --tpmstate is
+// /proc/self/fd/4, so swtpm works in exactly that directory (whatever the
+// claim's paths become) and needs no search permission on the claim's
+// root, whoever owns it.
+const swtpmStateFD = 4
+
 // swtpmStateDir is the TPM's state directory in the runtime directory: it
 // lives as long as the VMI (a TPM that is not persistent).
 const swtpmStateDir = "swtpm-state"
@@ -35,6 +45,13 @@ type swtpm struct {
 	socket   string   // its control socket in the runtime directory
 	state    string   // its state directory
 	listener *os.File // the launcher's copy, until swtpm has its own
+	// persistent: the state is on the backend storage (persistentState),
+	// reused says a state was found there (swtpm goes on with it).
+	persistent, reused bool
+	// stateFiles are the persistent state's directory and files, opened
+	// without following symlinks, until grantTPM gave them to swtpm's
+	// user.
+	stateFiles []*os.File
 }
 
 // listenTPM makes the TPM's state directory and swtpm's control socket in
@@ -47,7 +64,15 @@ func (l *Launcher) listenTPM() error {
 	}
 	t := &swtpm{daemon: newDaemon("TPM", "swtpm"), socket: cmdline.TPMSocket(l.cfg.Dir), state: filepath.Join(l.cfg.Dir, swtpmStateDir)}
 	l.tpm = t // closed by stopSwtpm, whatever happens next
-	if err := os.Mkdir(t.state, 0o700); err != nil {
+	if v1.HasPersistentTPM(&l.vmi.Spec) {
+		t.persistent = true
+		t.state = filepath.Join(l.cfg.VMStateDir, launcherpod.SwtpmStateSubdir)
+		var err error
+		if t.stateFiles, t.reused, err = persistentState(l.cfg.VMStateDir); err != nil {
+			return fmt.Errorf("launcher: TPM (spec.domain.devices.tpm.persistent): state on the backend storage %s: %w", l.cfg.VMStateDir, err)
+		}
+		klog.InfoS("TPM state on the backend storage", "dir", t.state, "reused", t.reused, "vmi", klog.KObj(l.vmi))
+	} else if err := os.Mkdir(t.state, 0o700); err != nil {
 		return fmt.Errorf("launcher: TPM: state directory: %w", err)
 	}
 	if err := os.Remove(t.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -69,13 +94,24 @@ func (l *Launcher) listenTPM() error {
 	return nil
 }
 
-// grantTPM gives swtpm (QEMU's user on the node) its state directory and
-// lets QEMU's group connect to the control socket (root:<group> 0660).
+// grantTPM gives swtpm (QEMU's user on the node) its state directory (a
+// persistent state's files too: through the descriptors persistentState
+// opened, never a path) and lets QEMU's group connect to the control
+// socket (root:<group> 0660).
 func (l *Launcher) grantTPM(id unpriv.Identity) error {
 	if l.tpm == nil {
 		return nil
 	}
-	if err := os.Chown(l.tpm.state, id.UID, id.GID); err != nil {
+	if l.tpm.persistent {
+		defer l.tpm.closeEntries()
+		for _, f := range l.tpm.stateFiles {
+			// fchownat(fd, "", AT_EMPTY_PATH): the descriptor's own file
+			// (entries are O_PATH descriptors, which fchown refuses).
+			if err := unix.Fchownat(int(f.Fd()), "", id.UID, id.GID, unix.AT_EMPTY_PATH); err != nil {
+				return fmt.Errorf("launcher: TPM: persistent state for swtpm: %s: %w", f.Name(), err)
+			}
+		}
+	} else if err := os.Chown(l.tpm.state, id.UID, id.GID); err != nil {
 		return fmt.Errorf("launcher: TPM: state directory for swtpm: %w", err)
 	}
 	if err := os.Chown(l.tpm.socket, 0, id.GID); err != nil {
@@ -106,11 +142,21 @@ func (l *Launcher) startSwtpm(id unpriv.Identity, cgroupFD int) error {
 	if t == nil {
 		return nil
 	}
-	cmd := exec.Command(l.cfg.Swtpm, swtpmArgs(t.state)...)
-	cmd.ExtraFiles = []*os.File{t.listener} // fd swtpmCtrlFD
+	state := t.state
+	files := []*os.File{t.listener} // fd swtpmCtrlFD
+	if t.persistent {
+		if len(t.stateFiles) == 0 {
+			return fmt.Errorf("launcher: TPM (spec.domain.devices.tpm.persistent): the state's directory is not open")
+		}
+		files = append(files, t.stateFiles[0]) // fd swtpmStateFD
+		state = fmt.Sprintf("/proc/self/fd/%d", swtpmStateFD)
+	}
+	cmd := exec.Command(l.cfg.Swtpm, swtpmArgs(state)...)
+	cmd.ExtraFiles = files
 	err := l.startDaemon(&t.daemon, cmd, id, cgroupFD)
 	t.listener.Close() // swtpm has its own copy, or will never run
 	t.listener = nil
+	t.closeState()
 	if err != nil {
 		return fmt.Errorf("launcher: TPM (spec.domain.devices.tpm): starting %s: %w", l.cfg.Swtpm, err)
 	}
@@ -130,5 +176,118 @@ func (l *Launcher) stopSwtpm() {
 		t.listener.Close()
 		t.listener = nil
 	}
+	t.closeState()
 	t.stop()
 }
+
+func (t *swtpm) closeState() {
+	for _, f := range t.stateFiles {
+		f.Close()
+	}
+	t.stateFiles = nil
+}
+
+// closeEntries closes the state's entries, keeping its directory for
+// swtpm to inherit (swtpmStateFD).
+func (t *swtpm) closeEntries() {
+	if len(t.stateFiles) > 1 {
+		for _, f := range t.stateFiles[1:] {
+			f.Close()
+		}
+		t.stateFiles = t.stateFiles[:1]
+	}
+}
+
+// Bounds of a persistent TPM's state directory: swtpm keeps a handful of
+// files there (tpm2-00.permall, tpm2-00.volatilestate, tpm2-00.savestate,
+// .lock), each a few KiB to some hundred KiB (libtpms' NV memory). Anything
+// beyond is not swtpm's.
+const (
+	maxSwtpmStateFiles    = 16
+	maxSwtpmStateFileSize = 4 << 20
+)
+
+// persistentState prepares swtpm's state directory on the backend storage
+// root: <root>/swtpm (launcherpod.SwtpmStateSubdir), made 0700 when absent
+// (a first start: swtpm creates a fresh TPM there, and every later start
+// goes on with it); reused says tpm2-00.permall, the TPM's permanent
+// state, was there. Whoever can write the claim (the namespace's users,
+// through another Pod) is untrusted, and the launcher is root: nothing in
+// it is followed or opened by path beyond root's own directory — the
+// directory and each entry are opened relative to their parent with
+// O_NOFOLLOW (entries O_PATH: never opened for I/O), and must be a
+// directory and at most maxSwtpmStateFiles regular files, each of one
+// link and at most maxSwtpmStateFileSize bytes (a symbolic link, a
+// device, a FIFO, a subdirectory, a hard link refuse the start, naming
+// it). The returned files (the directory first) are what grantTPM gives
+// to swtpm's user, by descriptor.
+func persistentState(root string) (files []*os.File, reused bool, err error) {
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			files = nil
+		}
+	}()
+	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rootFD)
+	const sub = launcherpod.SwtpmStateSubdir
+	if err := unix.Mkdirat(rootFD, sub, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, false, &os.PathError{Op: "mkdir", Path: sub, Err: err}
+	}
+	dfd, err := unix.Openat(rootFD, sub, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s must be a directory: %w", sub, err)
+	}
+	dir := os.NewFile(uintptr(dfd), filepath.Join(root, sub))
+	files = append(files, dir)
+	if err := unix.Fchmod(dfd, 0o700); err != nil {
+		return files, false, &os.PathError{Op: "chmod", Path: sub, Err: err}
+	}
+	names, err := dir.Readdirnames(maxSwtpmStateFiles + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return files, false, &os.PathError{Op: "readdir", Path: sub, Err: err}
+	}
+	if len(names) > maxSwtpmStateFiles {
+		return files, false, fmt.Errorf("%s holds more than %d entries: not swtpm's state", sub, maxSwtpmStateFiles)
+	}
+	for _, name := range names {
+		p := sub + "/" + name
+		// O_PATH: the entry is looked at, never opened for I/O (a device
+		// or a FIFO swapped in after the check would be opened with
+		// effects).
+		fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return files, false, &os.PathError{Op: "open", Path: p, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), filepath.Join(root, p))
+		files = append(files, f)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return files, false, &os.PathError{Op: "stat", Path: p, Err: err}
+		}
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
+			return files, false, fmt.Errorf("%s: not a regular file (mode %#o): not swtpm's state", p, st.Mode)
+		case st.Nlink != 1:
+			// A hard link to a file elsewhere on the claim's file system
+			// (a hostPath provisioner's: the node's) would be given away.
+			return files, false, fmt.Errorf("%s: %d hard links: not swtpm's state", p, st.Nlink)
+		case st.Size > maxSwtpmStateFileSize:
+			return files, false, fmt.Errorf("%s: %d bytes, more than swtpm's state (at most %d)", p, st.Size, maxSwtpmStateFileSize)
+		}
+		if name == swtpmPermanentState {
+			reused = true
+		}
+	}
+	return files, reused, nil
+}
+
+// swtpmPermanentState is the file of a TPM 2.0's permanent state in
+// swtpm's state directory (its seeds, hierarchies, NV indices,
+// persistent objects).
+const swtpmPermanentState = "tpm2-00.permall"

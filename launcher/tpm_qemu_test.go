@@ -4,6 +4,7 @@ package launcher
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -103,4 +104,64 @@ func TestTPM(t *testing.T) {
 	if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("runtime directory %s left behind (%v)", cfg.Dir, err)
 	}
+}
+
+// A persistent TPM's state outlives its launcher: the first launcher makes
+// swtpm's state directory on the backend storage (a directory standing in
+// for the launcher Pod's claim) and the guest writes 8 random bytes into a
+// TPM NV index it defines; the launcher is killed (a Pod's end, no clean
+// shutdown); a second launcher, with a new runtime directory, finds the
+// state (reused), gives it to swtpm's user again, and its guest reads the
+// same 8 bytes from the same NV index. Both guests see QEMU's tpm-crb
+// (KubeVirt's model for a persistent TPM).
+func TestPersistentTPM(t *testing.T) {
+	stateRoot := shortDir(t)
+	var data [8]byte
+	if _, err := rand.Read(data[:]); err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(tpmVMI, "tpm: {}", "tpm: {persistent: true}", 1)
+	run := func(first bool) {
+		cfg := newConfig(t, parseVMI(t, yaml))
+		cfg.VMStateDir = stateRoot
+		t0 := time.Now()
+		v := start(t, cfg)
+		if v.l.tpm == nil || !v.l.tpm.persistent || v.l.tpm.reused == first {
+			t.Fatalf("first %v: TPM %+v", first, v.l.tpm)
+		}
+		ctx := ctxFor(t, 3*time.Minute)
+		pollPing(t, ctx, v.l, bootTimeout, "after boot")
+		t.Logf("first %v: boot to the agent %s", first, time.Since(t0).Round(time.Millisecond))
+		if got := guestOut(t, ctx, v.l, "basename $(readlink /sys/class/tpm/tpm0/device/driver)"); got != "tpm_crb\n" {
+			t.Errorf("guest's TPM driver %q, want tpm_crb", got)
+		}
+		if first {
+			for _, c := range [][]byte{testguest.TPMNVDefineSpace, testguest.TPMNVWrite(data)} {
+				if got := guestOut(t, ctx, v.l, testguest.TPMCommand(c)); !strings.HasPrefix(got, testguest.TPMSessionsOK) {
+					t.Fatalf("TPM command %x: response %s", c, got)
+				}
+			}
+		}
+		got := guestOut(t, ctx, v.l, testguest.TPMCommand(testguest.TPMNVRead))
+		if !strings.HasPrefix(got, testguest.TPMNVReadOK(data)) {
+			t.Errorf("first %v: NV_Read %s, want %s…", first, got, testguest.TPMNVReadOK(data))
+		}
+		t.Logf("first %v: NV_Read: %s", first, got)
+		if _, err := v.l.Kill(ctxFor(t, stepTimeout)); err != nil {
+			t.Fatal(err)
+		}
+		// The state stays, swtpm's user's; the runtime directory goes.
+		dir := filepath.Join(stateRoot, "swtpm")
+		for _, p := range []string{dir, filepath.Join(dir, swtpmPermanentState)} {
+			var st syscall.Stat_t
+			if err := syscall.Lstat(p, &st); err != nil || st.Uid != unpriv.UID || st.Gid != unpriv.GID {
+				t.Errorf("%s: uid %d gid %d (%v), want swtpm's user %d", p, st.Uid, st.Gid, err, unpriv.UID)
+			}
+		}
+		if _, err := os.Stat(cfg.Dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("runtime directory %s left behind (%v)", cfg.Dir, err)
+		}
+	}
+	run(true)
+	run(false)
 }

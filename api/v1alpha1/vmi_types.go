@@ -476,8 +476,8 @@ type Devices struct {
 	DownwardMetrics *DownwardMetrics `json:"downwardMetrics,omitempty"`
 
 	// TPM emulates a TPM 2.0 for the guest: swtpm, run by the launcher
-	// next to QEMU, behind QEMU's tpm-tis device (KubeVirt's model for a
-	// TPM whose state is not persistent).
+	// next to QEMU, behind QEMU's tpm-tis device (tpm-crb when
+	// persistent, as KubeVirt).
 	// +optional
 	TPM *TPMDevice `json:"tpm,omitempty"`
 
@@ -512,9 +512,10 @@ type TPMDevice struct {
 	// default true.
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
-	// Persistent keeps the TPM's state across VM restarts in KubeVirt;
-	// kemu refuses true (no backend storage yet). Default false: the
-	// state lives as long as the VMI.
+	// Persistent keeps the TPM's state across VM restarts: on the VM's
+	// backend storage PVC (persistent-state-for-<vm>), which the
+	// controller creates, behind QEMU's tpm-crb (KubeVirt's model for a
+	// persistent TPM). Default false: the state lives as long as the VMI.
 	// +optional
 	Persistent *bool `json:"persistent,omitempty"`
 }

@@ -121,7 +121,6 @@ func ValidateVirtualMachineInstanceSpec(spec *v1.VirtualMachineInstanceSpec, fld
 	allErrs = append(allErrs, validateDomain(&spec.Domain, fldPath.Child("domain"))...)
 	allErrs = append(allErrs, validateVolumes(spec, fldPath)...)
 	allErrs = append(allErrs, validateFilesystems(spec, fldPath)...)
-	allErrs = append(allErrs, validateTPM(spec, fldPath)...)
 	allErrs = append(allErrs, validateNetworks(spec, fldPath)...)
 	allErrs = append(allErrs, validateQEMUDevices(spec, fldPath)...)
 	allErrs = append(allErrs, validatePodFields(spec, fldPath)...)

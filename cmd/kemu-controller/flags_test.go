@@ -30,10 +30,18 @@ func TestParseFlags(t *testing.T) {
 	if c := o.migration.config(migration.Config{}); c.Policy.BandwidthPerMigration.Value() != 64<<20 || !c.Policy.AllowPostCopy {
 		t.Errorf("migration policy %+v", c.Policy)
 	}
+	if o.backendStorage.StorageClass != "" || o.backendStorage.AccessMode != "" {
+		t.Errorf("backend storage defaults %+v", o.backendStorage)
+	}
+	o, err = parseFlags([]string{"--launcher-image=l:1", "--vm-state-storage-class=nfs", "--vm-state-access-mode=ReadWriteOnce"})
+	if err != nil || o.backendStorage.StorageClass != "nfs" || o.backendStorage.AccessMode != "ReadWriteOnce" {
+		t.Errorf("backend storage %+v %v", o.backendStorage, err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"--launcher-image=l", "--vm-state-access-mode=rwx"}, "--vm-state-access-mode"},
 		{nil, "--launcher-image is required"},
 		{[]string{"--launcher-image=l", "--kvm=sometimes"}, "--kvm"},
 		{[]string{"--launcher-image=l", "--workers=0"}, "--workers"},

@@ -59,7 +59,9 @@ type options struct {
 	leaderElect     bool
 	// imageVolumes: containerDisks and kernel-boot images as Kubernetes
 	// image volumes instead of init-container copies.
-	imageVolumes                                      bool
+	imageVolumes bool
+	// backendStorage: the claims of persistent TPMs.
+	backendStorage                                    vmi.BackendStorage
 	leaseDuration, renewDeadline, retryPeriod, resync time.Duration
 	nodeHeartbeatTimeout                              time.Duration
 	migration                                         migrationOptions
@@ -101,6 +103,11 @@ func parseFlags(args []string) (options, error) {
 	var hostDiskDirs string
 	fs.StringVar(&hostDiskDirs, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); empty: every hostDisk is refused")
 	fs.IntVar(&o.workers, "workers", 4, "workers per controller")
+	fs.StringVar(&o.backendStorage.StorageClass, "vm-state-storage-class", "",
+		"storage class of the VMs' backend storage claims (persistent TPM state; kemu-config vmStateStorageClass, KubeVirt's vmStateStorageClass); empty: the cluster's default class")
+	var accessMode string
+	fs.StringVar(&accessMode, "vm-state-access-mode", "",
+		"access mode of the VMs' backend storage claims: ReadWriteOnce, ReadWriteMany or ReadWriteOncePod (kemu-config vmStateAccessMode); empty: ReadWriteMany with --vm-state-storage-class, else ReadWriteOnce (KubeVirt's rule without storage profiles)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics, /healthz and /readyz (\"0\" disables)")
 	fs.StringVar(&o.systemNamespace, "system-namespace", "kemu-system", "kemu's namespace: the migration CA (Secret "+migrationca.SecretName+", ConfigMap "+migrationca.ConfigMapName+") and the node agent's ServiceAccount")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease")
@@ -136,6 +143,12 @@ func parseFlags(args []string) (options, error) {
 	var err error
 	if o.hostDiskDirs, err = validation.ParseHostDiskDirs(hostDiskDirs); err != nil {
 		return o, fmt.Errorf("--host-disk-dirs: %w", err)
+	}
+	switch m := corev1.PersistentVolumeAccessMode(accessMode); m {
+	case "", corev1.ReadWriteOnce, corev1.ReadWriteMany, corev1.ReadWriteOncePod:
+		o.backendStorage.AccessMode = m
+	default:
+		return o, fmt.Errorf("--vm-state-access-mode %q: want ReadWriteOnce, ReadWriteMany or ReadWriteOncePod", accessMode)
 	}
 	if o.workers < 1 {
 		return o, errors.New("--workers must be at least 1")
@@ -240,7 +253,7 @@ func controllers(o options, kube kubernetes.Interface, kemu versioned.Interface,
 		NodeInformer: inf.Kube.Core().V1().Nodes(),
 		PVCInformer:  inf.Kube.Core().V1().PersistentVolumeClaims(),
 		Template:     tmpl, Recorder: recorder, KVM: vmi.KVMPolicy(o.kvm),
-		DataVolumes: inf.DataVolumes,
+		DataVolumes: inf.DataVolumes, BackendStorage: o.backendStorage,
 	})
 	if err != nil {
 		return nil, err

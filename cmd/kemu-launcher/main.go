@@ -128,7 +128,7 @@ func run() int {
 		SocketsDir: pc.SocketsDir, GracePeriod: pc.GracePeriod, Version: version, VMIUID: pc.VMIUID,
 		Config: launcher.Config{Dir: pc.RuntimeDir, ImageCache: pc.ImageCache, BaseDir: baseDir, QEMU: qemu,
 			Accel: pc.Accel, NodeName: pc.NodeName, PVCRoot: pc.PVCRoot, SecretsDir: pc.SecretsDir, ConfigDir: pc.ConfigDir, ContainerDiskDir: pc.ContainerDiskDir, KernelBootDir: pc.KernelBootDir, ImagesMounted: pc.ImageVolumes,
-			NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet, HugepagesDir: launcherpod.HugepagesDir},
+			NoDeviceCgroup: noDeviceCgroup, PodNetwork: podNet, HugepagesDir: launcherpod.HugepagesDir, VMStateDir: launcherpod.VMStateDir},
 		AllowRawQMP: pc.AllowRawQMP,
 	})
 	if pc.AllowRawQMP {

@@ -82,6 +82,10 @@ type Input struct {
 	// (volumeDevices) rather than a file system (volumeMounts). Missing
 	// claims are file systems.
 	PVCBlock map[string]bool
+	// BackendStorage is the VM's backend storage claim (a persistent
+	// TPM's state, backendstorage.go), which the controller made sure
+	// of; required when the VMI needs one.
+	BackendStorage string
 }
 
 // Render returns the launcher Pod of in.VMI.
@@ -257,7 +261,7 @@ func (b *builder) volumes() error {
 		b.kernelBoot(fw.KernelBoot.Container)
 	}
 	b.hugepagesVolume()
-	return nil
+	return b.backendStorage()
 }
 
 // installCopy adds, once, the init container that installs kemu-copy from

@@ -183,17 +183,18 @@ func startControllerQPS(t testing.TB, namespace string, w *writeCounter, qps flo
 	return startControllerWith(t, namespace, w, qps, template.Options{LauncherImage: launcherImage})
 }
 
-// startControllerWith is startControllerQPS with the template's options.
-func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps float32, opts template.Options) *running {
+// startControllerWith is startControllerQPS with the template's options
+// (and mods applied to the controller's Config).
+func startControllerWith(t testing.TB, namespace string, w *writeCounter, qps float32, opts template.Options, mods ...func(*Config)) *running {
 	t.Helper()
-	return startControllerCDI(t, namespace, w, qps, opts, 0)
+	return startControllerCDI(t, namespace, w, qps, opts, 0, mods...)
 }
 
 // startControllerCDI is startControllerWith with, when cdiRecheck > 0, a
 // DataVolume Watcher (as kemu-controller runs) asking discovery every
 // cdiRecheck.
 func startControllerCDI(t testing.TB, namespace string, w *writeCounter, qps float32, opts template.Options,
-	cdiRecheck time.Duration) *running {
+	cdiRecheck time.Duration, mods ...func(*Config)) *running {
 	t.Helper()
 	if w == nil {
 		w = &writeCounter{}
@@ -211,7 +212,7 @@ func startControllerCDI(t testing.TB, namespace string, w *writeCounter, qps flo
 	if cdiRecheck > 0 {
 		inf.WatchDataVolumes(cl.kube, dynamic.NewForConfigOrDie(cfg), cdiRecheck)
 	}
-	c, err := New(Config{
+	ccfg := Config{
 		KubeClient: cl.kube, KemuClient: cl.kemu,
 		VMIInformer:  inf.Kemu.Kemu().V1alpha1().VirtualMachineInstances(),
 		PodInformer:  inf.LauncherPods.Core().V1().Pods(),
@@ -220,7 +221,11 @@ func startControllerCDI(t testing.TB, namespace string, w *writeCounter, qps flo
 		Template:     template.NewService(opts),
 		Recorder:     recorder,
 		DataVolumes:  inf.DataVolumes,
-	})
+	}
+	for _, mod := range mods {
+		mod(&ccfg)
+	}
+	c, err := New(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,9 @@ type Config struct {
 	// ExpectationsTTL bounds how long an unobserved Pod creation blocks its
 	// VMI (expectations.DefaultTTL when 0).
 	ExpectationsTTL time.Duration
+	// BackendStorage configures the claims of persistent TPMs
+	// (backendstorage.go).
+	BackendStorage BackendStorage
 }
 
 // Controller is the VMI controller.

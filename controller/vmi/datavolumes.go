@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/kube/cdi"
 )
@@ -240,6 +241,10 @@ func (c *Controller) enqueueClaimUsers(obj any) {
 	}
 	for _, vmi := range vmis {
 		if vmi.Status.Phase != v1.VmPhaseUnset && vmi.Status.Phase != v1.Pending {
+			continue
+		}
+		if v1.HasPersistentTPM(&vmi.Spec) && launcherpod.BackendStoragePVCName(vmi.Name) == m.GetName() {
+			c.enqueue(vmi) // its backend storage claim
 			continue
 		}
 		for i := range vmi.Spec.Volumes {

@@ -38,7 +38,7 @@ const ConditionPodScheduled = v1.VirtualMachineInstanceConditionType(corev1.PodS
 // alone.
 var ownSynchronizedReasons = func() map[string]bool {
 	own := map[string]bool{ReasonInvalidSpec: true, ReasonFailedCreate: true, ReasonPVCNotFound: true,
-		ReasonFailedDataVolumeImport: true}
+		ReasonFailedDataVolumeImport: true, ReasonFailedBackendStorageCreate: true, ReasonBackendStorageNotReady: true}
 	for reason := range podStartFailures {
 		own[reason] = true
 	}

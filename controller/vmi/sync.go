@@ -154,6 +154,11 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 	if err != nil || !r.ready {
 		return res, err
 	}
+	bs, ready, res, err := c.backendStorage(ctx, vmi, defaulted)
+	if err != nil || !ready {
+		return res, err
+	}
+	in.BackendStorage = bs
 	for _, vol := range defaulted.Spec.Volumes {
 		claim, _, ok := v1.VolumeClaim(&vol)
 		if !ok {

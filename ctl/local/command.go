@@ -22,6 +22,8 @@ type Options struct {
 	then                               []string
 	publish                            []string
 	serialLog, junit                   string
+	// vmState is the VM's backend storage (launcher.Config.VMStateDir).
+	vmState string
 }
 
 // NewCommand is kemuctl run.
@@ -78,6 +80,7 @@ run, a copy failed); 2 bad input; 3 stopped by the host (grace period over,
 	f.Var(thenValue{&o.then}, "then", "actions after start: pause, unpause, agent, shutdown, stop, sleep=DURATION, exec=COMMAND, copy-in=HOST:GUEST, copy-out=HOST:GUEST")
 	f.StringVar(&o.serialLog, "serial-log", "", "write the guest's serial console to this file as it arrives")
 	f.StringVar(&o.junit, "junit", "", "write a JUnit report of the --then exec steps to this file")
+	f.StringVar(&o.vmState, "vm-state", "", "the VM's backend storage, a directory kept across runs: a persistent TPM (domain.devices.tpm.persistent) keeps swtpm's state in its swtpm/ (a launcher Pod's persistent-state-for-<vm> claim); empty: a persistent TPM is refused")
 	f.BoolVar(&o.noDeviceCgroup, "no-device-cgroup", false, "run QEMU without its cgroup v2 device allowlist (hosts without cgroup2)")
 	f.StringSliceVar(&o.publish, "publish", nil, "forward a host port to the guest: [ADDR:]HOSTPORT:GUESTPORT[/udp]")
 	f.BoolVar(&o.allowRawQMP, launcherpod.FlagAllowRawQMP, false, "debugging: let kemuctl shell send any QMP command and keep QEMU's second QMP socket (default: read-only commands, no second socket)")

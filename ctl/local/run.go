@@ -63,6 +63,7 @@ func runVMI(cmd *cobra.Command, file string, o Options) error {
 		// from kemuctl's own affinity (taskset -c LIST kemuctl run …).
 		HugepagesDir: "/dev/hugepages",
 		Hooks:        hooks,
+		VMStateDir:   o.vmState,
 	}
 	if o.serialLog != "" {
 		sl, err := openSerialLog(o.serialLog)

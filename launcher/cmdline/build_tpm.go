@@ -11,10 +11,13 @@ import (
 // device.
 const TPMID = "tpm0"
 
-// TPMModel is the TPM's device: KubeVirt's model for a TPM whose state is
-// not persistent (tpm-crb is its model for a persistent one, which kemu
-// refuses).
-const TPMModel = "tpm-tis"
+// TPM models, KubeVirt's: TPMModel for a TPM whose state is not
+// persistent, PersistentTPMModel for one whose state is
+// (domain.devices.tpm.persistent: true).
+const (
+	TPMModel           = "tpm-tis"
+	PersistentTPMModel = "tpm-crb"
+)
 
 // TPMSocket is swtpm's control socket in the VM's runtime directory dir.
 func TPMSocket(dir string) string { return filepath.Join(dir, "swtpm.sock") }
@@ -56,19 +59,20 @@ func (t TPM) Args() ([]string, error) {
 }
 
 // tpm: domain.devices.tpm, unless enabled: false; swtpm's socket in the
-// runtime directory (Paths.Dir).
+// runtime directory (Paths.Dir). Where swtpm keeps the state is the
+// launcher's business (launcher/tpm.go); QEMU sees only the model.
 func (b *builder) tpm() {
 	if !v1.HasTPM(&b.vmi.Spec) {
 		return
 	}
 	const path = "spec.domain.devices.tpm"
-	if v1.HasPersistentTPM(&b.vmi.Spec) {
-		b.fail(path+".persistent", "not supported")
-		return
-	}
 	if b.in.Paths.Dir == "" {
 		b.fail("Paths.Dir", "required for a TPM (swtpm's socket)")
 		return
 	}
-	b.add(path, TPM{ID: TPMID, Model: TPMModel, Socket: b.socket(path, TPMSocket(b.in.Paths.Dir))})
+	model := TPMModel
+	if v1.HasPersistentTPM(&b.vmi.Spec) {
+		model = PersistentTPMModel
+	}
+	b.add(path, TPM{ID: TPMID, Model: model, Socket: b.socket(path, TPMSocket(b.in.Paths.Dir))})
 }

@@ -138,6 +138,8 @@ var cases = []testCase{
 	{name: "acpi-off", vmi: "acpi-off", boot: true},
 	// QEMU needs swtpm listening: launcher's TestTPM boots it.
 	{name: "tpm", vmi: "tpm", noQEMU: true},
+	// persistent: tpm-crb (launcher's TestPersistentTPM boots it).
+	{name: "tpm-persistent", vmi: "tpm-persistent", noQEMU: true},
 	{name: "acpi-off-pc", vmi: "acpi-off-pc", boot: true},
 	{name: "smm-off-cdrom-rw", vmi: "smm-off-cdrom-rw", boot: true, setup: func(t testing.TB, e env, in *Input) {
 		in.Drives["cd"] = Drive{Path: e.media(t, "cd"), Format: FormatRaw}

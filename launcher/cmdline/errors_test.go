@@ -182,10 +182,6 @@ func TestBuildErrors(t *testing.T) {
 			in.VMI.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
 			in.Paths.Dir = ""
 		}, want: "Paths.Dir", rest: "TPM"},
-		{name: "persistent TPM", yaml: baseYAML, mod: func(in *Input) {
-			yes := true
-			in.VMI.Spec.Domain.Devices.TPM = &v1.TPMDevice{Persistent: &yes}
-		}, want: "spec.domain.devices.tpm.persistent", rest: "not supported"},
 		{name: "long TPM socket path", yaml: baseYAML, mod: func(in *Input) {
 			in.VMI.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
 			in.Paths.Dir = "/" + strings.Repeat("t", 100)

@@ -279,6 +279,7 @@ var deviceKeys = map[string][]string{
 	"virtio-serial-pci":  {"driver", "id"},
 	"virtserialport":     {"driver", "bus", "chardev", "name"},
 	"tpm-tis":            {"driver", "tpmdev"},
+	"tpm-crb":            {"driver", "tpmdev"},
 	"virtio-net-pci":     {"driver", "netdev", "id", "mac", "mq", "vectors", "host_mtu"},
 	"e1000":              {"driver", "netdev", "id", "mac"},
 	"e1000e":             {"driver", "netdev", "id", "mac"},
@@ -460,10 +461,14 @@ func checkArgv(t *testing.T, in Input, argv []string) {
 		fail("%d devices with a user alias, want %d", ids, want)
 	}
 
-	// TPM: one tpm-tis on an emulator backend whose chardev is swtpm's
-	// socket in the runtime directory, or none.
+	// TPM: one tpm-tis (tpm-crb when persistent) on an emulator backend
+	// whose chardev is swtpm's socket in the runtime directory, or none.
 	if v1.HasTPM(&vmi.Spec) {
-		one("-device", "driver", TPMModel)
+		model := TPMModel
+		if v1.HasPersistentTPM(&vmi.Spec) {
+			model = PersistentTPMModel
+		}
+		one("-device", "driver", model)
 		if got := one("-tpmdev", "", "").opts["type"]; got != "emulator" {
 			fail("-tpmdev type=%q, want emulator", got)
 		}

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
@@ -68,6 +69,13 @@ func liveMigratable(vmi *v1.VirtualMachineInstance, pvcs map[string]pvcInfo) v1.
 		// stream, but kemu has not shown a TPM surviving a migration yet.
 		cond.Reason = ReasonNotMigratable
 		cond.Message = "cannot migrate VMI: it has a TPM (domain.devices.tpm), and kemu does not migrate swtpm's state yet"
+		if v1.HasPersistentTPM(&vmi.Spec) {
+			// Its state is on the VM's backend storage claim, which
+			// KubeVirt needs ReadWriteMany (or copies) to migrate.
+			cond.Message = fmt.Sprintf("cannot migrate VMI: its TPM is persistent (domain.devices.tpm.persistent), "+
+				"its state on the backend storage claim %s, and kemu migrates neither swtpm's state nor that claim yet",
+				launcherpod.BackendStoragePVCName(vmi.Name))
+		}
 		return cond
 	}
 	var bad []string

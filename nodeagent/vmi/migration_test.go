@@ -166,6 +166,11 @@ func TestLiveMigratable(t *testing.T) {
 			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
 			return v
 		}(), nil, corev1.ConditionFalse, ReasonNotMigratable, "it has a TPM"},
+		{"persistent TPM", func() *v1.VirtualMachineInstance {
+			v, yes := vmi(masq), true
+			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Persistent: &yes}
+			return v
+		}(), nil, corev1.ConditionFalse, ReasonNotMigratable, "backend storage claim persistent-state-for-"},
 		{"TPM disabled", func() *v1.VirtualMachineInstance {
 			v, no := vmi(masq), false
 			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Enabled: &no}
