@@ -1,3 +1,5 @@
+//go:build cluster && qemu
+
 package e2e
 
 import (
