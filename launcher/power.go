@@ -57,6 +57,16 @@ func (l *Launcher) Shutdown(ctx context.Context, grace time.Duration) (Domain, e
 	return l.Stop(context.Background())
 }
 
+// Signaled records on the domain (StopSignal) that a stop signal named sig
+// came while the VM ran, before the graceful shutdown it starts: the node
+// agent reads it to tell the kubelet's own stop (a failed livenessProbe, an
+// eviction) from a deletion. Only the first one is kept.
+func (l *Launcher) Signaled(sig string) {
+	if l.state != nil {
+		l.state.handle(event{kind: evStopSignal, message: sig})
+	}
+}
+
 func (l *Launcher) pressPowerButton(ctx context.Context) {
 	if err := l.mon.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
 		klog.ErrorS(err, "ACPI power button")

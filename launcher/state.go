@@ -85,6 +85,11 @@ type Domain struct {
 	Interfaces []Interface
 	// Migration is the last migration's progress or outcome (nil: none).
 	Migration *Migration
+	// StopSignal names the signal (SIGTERM, SIGINT) that made the launcher
+	// shut the VM down (Signaled), "" when none came: the kubelet stopping
+	// the compute container, which the node agent tells from a stop asked
+	// through the API (a VMI or Pod deletion) by what it is deleting.
+	StopSignal string
 }
 
 // Interface is one guest NIC on the pod network, for VMI status.interfaces.
@@ -164,6 +169,7 @@ const (
 	evAgent                              // the guest agent answers (on) or not
 	evPauseAsked                         // a pause was asked (on) or an unpause
 	evHostRequested                      // the launcher asked QEMU to quit or killed it
+	evStopSignal                         // a stop signal came while the VM ran (message: its name)
 	evExited                             // QEMU exited
 	// Migration (migration_source.go, migration_target.go).
 	evMigrationStarted   // the source started migrating
@@ -275,6 +281,10 @@ func transition(d Domain, m memory, ev event) (Domain, memory) {
 		m.pauseAsked = ev.on
 	case evHostRequested:
 		m.hostRequested = true
+	case evStopSignal:
+		if d.StopSignal == "" && d.State != StateShutoff {
+			d.StopSignal = ev.message // the first one: a second only kills
+		}
 	case evExited:
 		code := ev.code
 		incoming := waitingIncoming(d)
@@ -373,7 +383,7 @@ func sameDomain(a, b Domain) bool {
 	return a.State == b.State && a.Reason == b.Reason && a.Message == b.Message && a.Accel == b.Accel &&
 		a.AgentConnected == b.AgentConnected && a.PID == b.PID &&
 		(a.ExitCode == nil) == (b.ExitCode == nil) &&
-		a.DeviceCgroup == b.DeviceCgroup && a.SELinuxContext == b.SELinuxContext &&
+		a.DeviceCgroup == b.DeviceCgroup && a.SELinuxContext == b.SELinuxContext && a.StopSignal == b.StopSignal &&
 		reflect.DeepEqual(a.Interfaces, b.Interfaces) && reflect.DeepEqual(a.Migration, b.Migration)
 }
 

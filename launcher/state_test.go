@@ -224,3 +224,44 @@ func TestHandleRecordsOnlyChanges(t *testing.T) {
 		t.Fatalf("the machine forgot the pause it was asked for: %+v", d)
 	}
 }
+
+// StopSignal: the first stop signal while the VM runs stays on the domain
+// through the shutdown and QEMU's exit, whatever ends it; none comes after
+// the end.
+func TestStopSignal(t *testing.T) {
+	running := Domain{State: StateRunning, Reason: ReasonBooted}
+	sig := func(name string) event { return event{kind: evStopSignal, message: name} }
+	for _, tt := range []struct {
+		name   string
+		from   Domain
+		events []event
+		want   string
+		reason Reason
+	}{
+		{"none", running, []event{{kind: evShutdown, guest: true}, {kind: evExited, code: 0}}, "", ReasonGuestShutdown},
+		{"SIGTERM, the guest powers off", running, []event{sig("terminated"), {kind: evPowerdown}, {kind: evShutdown, guest: true},
+			{kind: evExited, code: 0}}, "terminated", ReasonGuestShutdown},
+		{"SIGTERM, grace over, quit", running, []event{sig("terminated"), {kind: evPowerdown}, {kind: evHostRequested},
+			{kind: evExited, code: 0}}, "terminated", ReasonHostRequest},
+		{"the first signal is kept", running, []event{sig("terminated"), sig("interrupt")}, "terminated", ReasonBooted},
+		{"after the end: ignored", running, []event{{kind: evShutdown, guest: true}, {kind: evExited, code: 0}, sig("terminated")},
+			"", ReasonGuestShutdown},
+		{"while paused", Domain{State: StatePaused, Reason: ReasonUser}, []event{sig("terminated")}, "terminated", ReasonUser},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, m := tt.from, memory{}
+			for _, ev := range tt.events {
+				d, m = transition(d, m, ev)
+			}
+			if d.StopSignal != tt.want || d.Reason != tt.reason {
+				t.Errorf("got StopSignal %q reason %s, want %q %s", d.StopSignal, d.Reason, tt.want, tt.reason)
+			}
+		})
+	}
+	s := newDomainState("tcg")
+	s.handle(event{kind: evBooted})
+	before := s.get().Seq
+	if d := s.handle(sig("terminated")); d.Seq != before+1 {
+		t.Fatalf("the signal was not recorded as a change watchers see: %+v", d)
+	}
+}

@@ -36,6 +36,13 @@ const (
 	ResourceVhostNet corev1.ResourceName = "devices.kemu.dev/vhost-net"
 )
 
+// ExitStopped is kemu-launcher's exit status (the compute container's)
+// when the host stopped the VM: a signal before it started or without the
+// node agent's Shutdown RPC (the kubelet's own stop: a failed livenessProbe,
+// an eviction), the grace period over, killed. launcher/signals.ExitStopped
+// is this value; the VMI controller reads it from a failed launcher Pod.
+const ExitStopped = 3
+
 // Containers, volumes and paths inside the launcher Pod.
 const (
 	ComputeContainer = "compute"

@@ -7,12 +7,15 @@
 // Sync RPC; without a VMI flag the launcher serves and waits for a Sync for
 // up to --qemu-timeout, then exits 1. SIGTERM/SIGINT shut the guest down
 // gracefully (--grace-period, else the VMI's terminationGracePeriodSeconds)
-// and exit; before the VM started (no Sync yet, or its start under way:
+// and exit (3 even when the guest powered off, unless the node agent also
+// asked for the stop through the Shutdown or Kill RPC: a signal alone is
+// the kubelet's own stop); before the VM started (no Sync yet, or its start under way:
 // cancelled, and a VM started all the same is killed) they exit 3, so that
 // a VM with runStrategy RerunOnFailure starts it again. Exit status: 0 the
 // guest powered off; 1 the VM failed to start or crashed, or no Sync came;
-// 2 bad flags or VMI; 3 the host stopped it (grace period over, killed, or
-// a signal before the VM started).
+// 2 bad flags or VMI; 3 the host stopped it (grace period over, killed, a
+// signal before the VM started, or a signal without the node agent's
+// Shutdown RPC).
 //
 // `kemu-launcher probe ...` is a VMI's exec or guestAgentPing probe, run by
 // the kubelet in the compute container (probe.go).
@@ -192,13 +195,38 @@ func run() int {
 		Grace:   srv.Grace,
 		ShuttingDown: func(sig os.Signal, _ string, grace time.Duration) {
 			klog.InfoS("Signal: shutting the VM down", "signal", sig, "grace", grace)
+			l.Signaled(signalName(sig))
 		},
 		ShutdownFailed: func(err error) { klog.ErrorS(err, "Shutdown") },
 		Killing:        func(sig os.Signal) { klog.InfoS("Second signal: killing QEMU", "signal", sig) },
 	})
 	d := r.Domain
-	klog.InfoS("VM ended", "state", d.State, "reason", d.Reason, "message", d.Message)
+	exit := exitStatus(r, srv.StopRequested())
+	klog.InfoS("VM ended", "state", d.State, "reason", d.Reason, "message", d.Message, "stopSignal", d.StopSignal, "exit", exit)
+	return exit
+}
+
+// exitStatus is kemu-launcher's exit status once the VM ended: the stop
+// loop's, except that a guest powered off because of a signal alone (the
+// kubelet stopped the container: a failed livenessProbe, an eviction; the
+// node agent asked nothing, as it does for a deletion) is the host's stop,
+// ExitStopped, so that its Pod fails as the VMI does (docs/launcher.md).
+func exitStatus(r signals.Result, stopRequested bool) int {
+	if r.Exit == signals.ExitPoweredOff && r.Domain.StopSignal != "" && !stopRequested {
+		return signals.ExitStopped
+	}
 	return r.Exit
+}
+
+// signalName is sig as the domain's StopSignal names it.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case os.Interrupt:
+		return "SIGINT"
+	}
+	return sig.String()
 }
 
 // serverVM is the VM as the stop loop drives it: its graceful shutdown goes

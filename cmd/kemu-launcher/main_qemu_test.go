@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,13 +22,16 @@ import (
 	"github.com/kemu-dev/kemu/devices/cgroup"
 	"github.com/kemu-dev/kemu/launcher/dropcaps"
 	"github.com/kemu-dev/kemu/launcher/rpc"
+	"github.com/kemu-dev/kemu/launcher/signals"
 	"github.com/kemu-dev/kemu/launcher/unpriv"
 	"github.com/kemu-dev/kemu/netsetup/netsetuptest"
 )
 
 // --vmi-file starts the VM inside a pod network namespace, wiring the
 // default pod interface (masquerade); the socket becomes ready; SIGTERM
-// shuts the guest down, the launcher exits 0 and the namespace is as before.
+// shuts the guest down (GuestShutdown, stopSignal SIGTERM), the launcher
+// exits 3 (a signal alone, no Shutdown RPC: the host's stop, as the
+// kubelet's liveness kill) and the namespace is as before.
 func TestVMIFileAndSIGTERM(t *testing.T) {
 	root, bin, dir, vmi := launcherWithVMI(t, `apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachineInstance
@@ -157,8 +161,12 @@ spec:
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("launcher exit: %v", err)
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != signals.ExitStopped {
+		t.Fatalf("launcher exit: %v, want exit status %d (stopped by a signal alone)", err, signals.ExitStopped)
+	}
+	if !strings.Contains(stderr.String(), `stopSignal="SIGTERM"`) {
+		t.Errorf("no stopSignal=\"SIGTERM\" in the log")
 	}
 	if links, _ := netsetuptest.Handle(t, pod.Pod).LinkList(); len(links) != 2 {
 		t.Errorf("%d links in the pod namespace after the VM ended, want lo and eth0", len(links))

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 	"github.com/kemu-dev/kemu/kube/status"
 	"github.com/kemu-dev/kemu/kube/vmistatus"
@@ -143,6 +144,23 @@ func problemEvents(before, after *v1.VirtualMachineInstance) []v1.VirtualMachine
 		out = append(out, c)
 	}
 	return out
+}
+
+// vmiPodFailure explains the failed launcher Pod of vmi: podFailure,
+// except that a compute container that exited launcherpod.ExitStopped (the
+// host stopped the VM: kemu-launcher got a signal the node agent did not
+// ask for) while neither the VMI nor the Pod is being deleted is the
+// kubelet's own stop, explained as the node agent does
+// (vmistatus.KubeletStop: a failed livenessProbe, an eviction, ...).
+func vmiPodFailure(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (reason, msg string) {
+	if !vmistatus.Deleting(vmi, pod) {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if t := cs.State.Terminated; cs.Name == launcherpod.ComputeContainer && t != nil && t.ExitCode == launcherpod.ExitStopped {
+				return vmistatus.KubeletStop(vmi, pod, fmt.Sprintf("the launcher exited %d (the host stopped the VM)", t.ExitCode))
+			}
+		}
+	}
+	return podFailure(pod)
 }
 
 // podFailure explains a failed Pod: the Pod's own reason (Evicted, ...),

@@ -317,10 +317,11 @@ func (c *Controller) syncStarted(ctx context.Context, vmi *v1.VirtualMachineInst
 	}
 	switch pod.Status.Phase {
 	case corev1.PodFailed:
-		reason, msg := podFailure(pod)
+		reason, msg := vmiPodFailure(vmi, pod)
 		return c.fail(ctx, vmi, pod.Name, reason, msg)
 	case corev1.PodSucceeded:
-		// The launcher exits 0 only when the guest powered off.
+		// The launcher exits 0 only when the guest powered off by itself or
+		// on a deletion (a signal alone exits launcherpod.ExitStopped).
 		return c.updateStatus(ctx, vmi, "launcher Pod "+pod.Name+" completed: the guest powered off",
 			func(vmi *v1.VirtualMachineInstance) {
 				if vmi.Status.Phase.IsFinal() || migratedAway(vmi, pod.Name) {

@@ -330,6 +330,7 @@ func (s *Server) Shutdown(ctx context.Context, req *rpc.ShutdownRequest) (*rpc.D
 	if l == nil {
 		return nil, status.Error(codes.FailedPrecondition, "shutdown: no VM yet: Sync first")
 	}
+	s.setStopRequested()
 	d, err := s.ShutdownVM(ctx, time.Duration(req.GetGracePeriodSeconds())*time.Second)
 	if err != nil {
 		return nil, toStatus("shutdown", l, err)
@@ -343,6 +344,7 @@ func (s *Server) Kill(ctx context.Context, _ *rpc.Empty) (*rpc.DomainResponse, e
 	if l == nil {
 		return nil, status.Error(codes.FailedPrecondition, "kill: no VM yet: Sync first")
 	}
+	s.setStopRequested()
 	d, err := l.Kill(ctx)
 	if err != nil {
 		return nil, toStatus("kill", l, err)
@@ -368,7 +370,7 @@ func (s *Server) domainOf(d launcher.Domain) *rpc.Domain {
 		State: d.State, Reason: d.Reason, Message: d.Message, Seq: int64(d.Seq),
 		SinceUnixNano: unixNano(d.Since), QemuPid: int32(d.PID), QemuVersion: s.qemuVer,
 		Accelerator: d.Accel, AgentConnected: d.AgentConnected, StartedUnixNano: unixNano(s.startedAt),
-		DeviceCgroup: d.DeviceCgroup, SelinuxContext: d.SELinuxContext,
+		DeviceCgroup: d.DeviceCgroup, SelinuxContext: d.SELinuxContext, StopSignal: d.StopSignal,
 	}
 	for _, i := range d.Interfaces {
 		out.Interfaces = append(out.Interfaces, &rpc.DomainInterface{Name: i.Name, Mac: i.MAC, IpAddresses: i.IPs,

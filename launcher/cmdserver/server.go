@@ -178,6 +178,7 @@ type Server struct {
 	shutdown    *launcher.Domain
 	shutErr     error
 	shutOnce    bool
+	stopRPC     bool               // the Shutdown or Kill RPC was called (StopRequested)
 	abandoned   bool               // Abandon was called: no VM may start
 	cancelStart context.CancelFunc // ends the start under way, if any
 
@@ -339,6 +340,21 @@ func (s *Server) Grace() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.grace
+}
+
+// StopRequested says whether the Shutdown or Kill RPC was called: the
+// node agent asked the VM to stop (it does so for a deletion), as opposed
+// to a signal alone (kemu-launcher's exit status tells them apart).
+func (s *Server) StopRequested() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopRPC
+}
+
+func (s *Server) setStopRequested() {
+	s.mu.Lock()
+	s.stopRPC = true
+	s.mu.Unlock()
 }
 
 // ShutdownVM shuts the VM down gracefully (grace <= 0: Grace()) and

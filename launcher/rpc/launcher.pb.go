@@ -959,7 +959,12 @@ type Domain struct {
 	// The guest's NICs wired on the pod network.
 	Interfaces []*DomainInterface `protobuf:"bytes,16,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
 	// The migration this launcher is part of, if any (the last one).
-	Migration     *MigrationState `protobuf:"bytes,19,opt,name=migration,proto3" json:"migration,omitempty"`
+	Migration *MigrationState `protobuf:"bytes,19,opt,name=migration,proto3" json:"migration,omitempty"`
+	// The signal (SIGTERM, SIGINT) that made the launcher shut the VM down,
+	// once one came while the VM ran: the kubelet stopping the compute
+	// container (a Pod deletion, a failed livenessProbe, an eviction). Empty
+	// when no signal came; the Shutdown and Kill RPCs do not set it.
+	StopSignal    string `protobuf:"bytes,20,opt,name=stop_signal,json=stopSignal,proto3" json:"stop_signal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1111,6 +1116,13 @@ func (x *Domain) GetMigration() *MigrationState {
 		return x.Migration
 	}
 	return nil
+}
+
+func (x *Domain) GetStopSignal() string {
+	if x != nil {
+		return x.StopSignal
+	}
+	return ""
 }
 
 type DomainInterface struct {
@@ -3143,7 +3155,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x10disk_bytes_total\x18\f \x01(\x03R\x0ediskBytesTotal\x12*\n" +
 	"\x11disk_bytes_copied\x18\r \x01(\x03R\x0fdiskBytesCopied\x12\x18\n" +
 	"\amessage\x18\x0e \x01(\tR\amessage\x12*\n" +
-	"\x11started_unix_nano\x18\x0f \x01(\x03R\x0fstartedUnixNano\"\xa9\x05\n" +
+	"\x11started_unix_nano\x18\x0f \x01(\x03R\x0fstartedUnixNano\"\xca\x05\n" +
 	"\x06Domain\x123\n" +
 	"\x05state\x18\x11 \x01(\x0e2\x1d.kemu.launcher.v1.DomainStateR\x05state\x126\n" +
 	"\x06reason\x18\x12 \x01(\x0e2\x1e.kemu.launcher.v1.DomainReasonR\x06reason\x12\x18\n" +
@@ -3164,7 +3176,9 @@ const file_launcher_proto_rawDesc = "" +
 	"\n" +
 	"interfaces\x18\x10 \x03(\v2!.kemu.launcher.v1.DomainInterfaceR\n" +
 	"interfaces\x12>\n" +
-	"\tmigration\x18\x13 \x01(\v2 .kemu.launcher.v1.MigrationStateR\tmigrationJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xea\x01\n" +
+	"\tmigration\x18\x13 \x01(\v2 .kemu.launcher.v1.MigrationStateR\tmigration\x12\x1f\n" +
+	"\vstop_signal\x18\x14 \x01(\tR\n" +
+	"stopSignalJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\xea\x01\n" +
 	"\x0fDomainInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12!\n" +

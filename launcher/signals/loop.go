@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/launcher"
 )
 
@@ -14,8 +15,9 @@ const (
 	ExitPoweredOff = 0
 	// ExitFailed: the VM failed to start, or QEMU crashed.
 	ExitFailed = 1
-	// ExitStopped: the host stopped it (grace period over, killed).
-	ExitStopped = 3
+	// ExitStopped: the host stopped it (grace period over, killed; in
+	// kemu-launcher also a signal alone: api/launcherpod.ExitStopped).
+	ExitStopped = launcherpod.ExitStopped
 )
 
 // VM is what the loop drives; *launcher.Launcher is one.

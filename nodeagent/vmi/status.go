@@ -138,6 +138,10 @@ type Observation struct {
 	// Pod): the VMI's Ready condition follows it while the guest runs when
 	// the VMI has a readinessProbe (the Pod's compute container carries it).
 	PodReady *corev1.PodCondition
+	// Pod is the launcher Pod as the node agent's cache has it (nil: none):
+	// whether it is being deleted, and its reason, decide how a VM stopped
+	// by a signal ends (kube/vmistatus.KubeletStop).
+	Pod *corev1.Pod
 	// Now stamps transitions.
 	Now metav1.Time
 }
@@ -185,6 +189,17 @@ func ApplyStatus(vmi *v1.VirtualMachineInstance, o Observation) {
 		msg := d.GetMessage()
 		if d.GetExited() && !strings.Contains(msg, "status") {
 			msg = strings.TrimSpace(fmt.Sprintf("%s (QEMU exit code %d)", msg, d.GetExitCode()))
+		}
+		if sig := d.GetStopSignal(); sig != "" && (reason == ReasonGuestShutdown || reason == ReasonKilled) && !vmistatus.Deleting(vmi, o.Pod) {
+			// The kubelet stopped the launcher on its own (a failed
+			// livenessProbe, an eviction): not the guest's choice, and no
+			// deletion asked for it.
+			how := "the guest powered off"
+			if reason == ReasonKilled {
+				how = "the guest did not power off in time and QEMU was stopped"
+			}
+			phase = v1.Failed
+			reason, msg = vmistatus.KubeletStop(vmi, o.Pod, fmt.Sprintf("the launcher got %s (%s: %s)", guestString(sig), how, msg))
 		}
 		finish(vmi, phase, reason, msg, o.Now)
 		return

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 	"github.com/kemu-dev/kemu/launcher/rpc"
 )
 
@@ -293,4 +294,85 @@ func TestGuestInfoCapped(t *testing.T) {
 		t.Errorf("the status is %d bytes", len(b))
 	}
 	t.Logf("status with a hostile agent: %d bytes", len(b))
+}
+
+// A VM the launcher shut down on a signal (stopSignal) while neither the
+// VMI nor its Pod was being deleted fails, with the kubelet's cause; a
+// deletion (of either) ends as the guest ended; a guest's own power-off
+// and a crash keep their outcome.
+func TestSignaledStop(t *testing.T) {
+	del := metav1.NewTime(t0.Time)
+	off := func(reason rpc.DomainReason, sig string) *rpc.Domain {
+		return &rpc.Domain{State: rpc.DomainState_Shutoff, Reason: reason, Exited: true, Message: "QEMU exited with status 0", StopSignal: sig}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-launcher-x"}}
+	podDeleting := pod.DeepCopy()
+	podDeleting.DeletionTimestamp = &del
+	evicted := pod.DeepCopy()
+	evicted.Status.Reason, evicted.Status.Message = "Evicted", "The node was low on resource: memory."
+	for _, tt := range []struct {
+		name        string
+		liveness    bool
+		vmiDeleting bool
+		dom         *rpc.Domain
+		pod         *corev1.Pod
+		phase       v1.VirtualMachineInstancePhase
+		reason      string
+		msgHas      string
+	}{
+		{"liveness kill, the guest powered off", true, false, off(rpc.DomainReason_GuestShutdown, "SIGTERM"), pod,
+			v1.Failed, vmistatus.ReasonLivenessProbeFailed, "the launcher got SIGTERM (the guest powered off: QEMU exited with status 0) while neither"},
+		{"liveness kill, grace over", true, false, off(rpc.DomainReason_HostRequest, "SIGTERM"), pod,
+			v1.Failed, vmistatus.ReasonLivenessProbeFailed, "did not power off in time"},
+		{"eviction: the Pod's reason", true, false, off(rpc.DomainReason_GuestShutdown, "SIGTERM"), evicted,
+			v1.Failed, "Evicted", "low on resource"},
+		{"no livenessProbe, nothing said", false, false, off(rpc.DomainReason_GuestShutdown, "SIGTERM"), pod,
+			v1.Failed, vmistatus.ReasonLauncherTerminated, "no livenessProbe"},
+		{"no Pod in the cache", true, false, off(rpc.DomainReason_GuestShutdown, "SIGTERM"), nil,
+			v1.Failed, vmistatus.ReasonLivenessProbeFailed, ""},
+		{"VMI deleted: as the guest ended", true, true, off(rpc.DomainReason_GuestShutdown, "SIGTERM"), pod,
+			v1.Succeeded, ReasonGuestShutdown, ""},
+		{"VMI deleted, grace over: Killed", true, true, off(rpc.DomainReason_HostRequest, "SIGTERM"), pod,
+			v1.Failed, ReasonKilled, ""},
+		{"Pod deleted: as the guest ended", true, false, off(rpc.DomainReason_GuestShutdown, "SIGTERM"), podDeleting,
+			v1.Succeeded, ReasonGuestShutdown, ""},
+		{"no signal: the guest's own power-off", true, false, off(rpc.DomainReason_GuestShutdown, ""), pod,
+			v1.Succeeded, ReasonGuestShutdown, ""},
+		{"signal, then a crash: Crashed", true, false, off(rpc.DomainReason_Crashed, "SIGTERM"), pod,
+			v1.Failed, ReasonCrashed, ""},
+		{"signal while running: nothing final yet", true, false,
+			&rpc.Domain{State: rpc.DomainState_ShuttingDown, Reason: rpc.DomainReason_ACPIPowerdown, StopSignal: "SIGTERM"}, pod,
+			v1.Running, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi := &v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running, LauncherPod: "virt-launcher-x"}}
+			if tt.liveness {
+				vmi.Spec.LivenessProbe = &v1.Probe{}
+			}
+			if tt.vmiDeleting {
+				vmi.DeletionTimestamp = &del
+			}
+			o := Observation{Domain: tt.dom, Pod: tt.pod, Now: t1}
+			ApplyStatus(vmi, o)
+			st := vmi.Status
+			if st.Phase != tt.phase || st.Reason != tt.reason {
+				t.Fatalf("phase %s reason %q, want %s %q", st.Phase, st.Reason, tt.phase, tt.reason)
+			}
+			ready, _ := vmistatus.Condition(vmi, v1.VirtualMachineInstanceReady)
+			if tt.phase.IsFinal() && (ready.Reason != tt.reason || !strings.Contains(ready.Message, tt.msgHas)) {
+				t.Errorf("Ready %s %q, want reason %s and %q in the message", ready.Reason, ready.Message, tt.reason, tt.msgHas)
+			}
+			if evs := transitionEvents(&v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running}}, vmi); tt.phase == v1.Failed &&
+				(len(evs) == 0 || !strings.HasPrefix(evs[len(evs)-1].msg, tt.reason+": ")) {
+				t.Errorf("events %+v, want one naming %s", evs, tt.reason)
+			}
+			// Idempotent: a later pass on the same observation changes nothing.
+			again := vmi.DeepCopy()
+			o.Now = metav1.NewTime(t1.Add(time.Hour))
+			ApplyStatus(again, o)
+			if !equality.Semantic.DeepEqual(again.Status, vmi.Status) {
+				t.Errorf("second pass changed the status:\n%+v\n%+v", vmi.Status, again.Status)
+			}
+		})
+	}
 }

@@ -137,6 +137,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	o := source.observation(time.Now())
 	o.PodReady = podReadyCondition(sourcePod)
+	o.Pod = sourcePod
 	if err := c.updateStatus(ctx, vmi, &o, source.getRefusal(), migrationChanges(writes, live)); err != nil {
 		return 0, err
 	}

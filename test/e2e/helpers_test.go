@@ -89,9 +89,11 @@ type vmiOptions struct {
 	cpuRequest string
 	// extraSpec is YAML appended to the spec (probes, ...), at spec level.
 	extraSpec string
+	// runStrategy is a VirtualMachine's ("" = Always).
+	runStrategy string
 }
 
-// vmiManifest renders a VMI (or a VM with runStrategy Always) of the test
+// vmiManifest renders a VMI (or a VM, runStrategy Always by default) of the test
 // guest: a containerDisk with imagePullPolicy IfNotPresent (or a kernel
 // boot), cloud-init NoCloud, the pod network through masquerade.
 func vmiManifest(o vmiOptions) string {
@@ -202,15 +204,18 @@ func vmiManifest(o vmiOptions) string {
 	}
 	meta := "{labels: {" + strings.Join(labels, ", ") + "}}"
 	if o.kind == "VirtualMachine" {
+		if o.runStrategy == "" {
+			o.runStrategy = "Always"
+		}
 		return fmt.Sprintf(`apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachine
 metadata: {name: %s, namespace: %s}
 spec:
-  runStrategy: Always
+  runStrategy: %s
   template:
     metadata: %s
     spec:
-%s`, o.name, ns, meta, indent(spec.String(), "      "))
+%s`, o.name, ns, o.runStrategy, meta, indent(spec.String(), "      "))
 	}
 	return fmt.Sprintf(`apiVersion: kemu.dev/v1alpha1
 kind: VirtualMachineInstance

@@ -5,21 +5,28 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/kube/vmistatus"
 )
 
 // TestProbes: a VMI with an httpGet readinessProbe on its guest's httpd and
 // a Service selecting it becomes Ready and its launcher Pod an endpoint;
 // once the guest's httpd stops, the VMI is not Ready and the endpoint is
-// gone. A VM whose livenessProbe fails gets a new VMI (runStrategy Always).
+// gone. A VM (runStrategy RerunOnFailure) whose livenessProbe fails: the
+// kubelet stops the launcher, the guest powers off on the power button, and
+// the VMI still ends Failed (LivenessProbeFailed, issue 23), so a new VMI
+// replaces it.
 func TestProbes(t *testing.T) {
 	ev := need(t)
 	dumpOnFailure(t, ev)
@@ -37,8 +44,11 @@ func TestProbes(t *testing.T) {
   httpGet: {port: 8080, path: /index.html}
   periodSeconds: 2
   failureThreshold: 1`}))
-	// The liveness VM boots meanwhile: nothing listens on 8081.
-	ev.apply(t, vmiManifest(vmiOptions{name: vmName, kind: "VirtualMachine", labels: map[string]string{"kemu-e2e": vmName},
+	// The liveness VM boots meanwhile: nothing listens on 8081. Its VMIs'
+	// ends are recorded from now on (the first one may end, and be replaced,
+	// before the web VMI's checks are done).
+	ends := ev.watchVMIEnds(ctx, t, vmName)
+	ev.apply(t, vmiManifest(vmiOptions{name: vmName, kind: "VirtualMachine", runStrategy: "RerunOnFailure", labels: map[string]string{"kemu-e2e": vmName},
 		extraSpec: `livenessProbe:
   tcpSocket: {port: 8081}
   initialDelaySeconds: 30
@@ -115,16 +125,89 @@ func TestProbes(t *testing.T) {
 	}
 	t.Logf("endpoint gone %s after httpd stopped", time.Since(stopped).Round(time.Second))
 
-	// Liveness: the VM's first VMI fails its probe and a new one replaces it.
-	first := ev.waitRunning(ctx, t, vmName, bootTimeout)
+	// Liveness: the VM's first VMI fails its probe, ends Failed although its
+	// guest powered off, and (RerunOnFailure) a new one replaces it.
+	var first vmiEnd
+	if err := poll(ctx, time.Second, func() error {
+		all := ends.get()
+		if len(all) == 0 {
+			return fmt.Errorf("no VMI of VM %s ended yet", vmName)
+		}
+		first = all[0]
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first VMI %s ended %s %s (%s after apply): %s", first.uid, first.phase, first.reason, time.Since(t0).Round(time.Second), first.message)
+	if first.phase != v1.Failed || first.reason != vmistatus.ReasonLivenessProbeFailed {
+		t.Fatalf("the first VMI ended %s (%s), want Failed (%s)", first.phase, first.reason, vmistatus.ReasonLivenessProbeFailed)
+	}
 	if err := poll(ctx, 2*time.Second, func() error {
 		v, err := ev.getVMI(ctx, vmName)
-		if err != nil || v == nil || v.UID == first.UID {
-			return fmt.Errorf("still the first VMI %s (%v)", first.UID, err)
+		if err != nil || v == nil || v.UID == first.uid {
+			return fmt.Errorf("no VMI but the first %s (%v)", first.uid, err)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("livenessProbe failed: VM %s got a new VMI (%s after apply)", vmName, time.Since(t0).Round(time.Second))
+	t.Logf("livenessProbe failed: VM %s (RerunOnFailure) got a new VMI (%s after apply)", vmName, time.Since(t0).Round(time.Second))
+}
+
+// vmiEnd is how one VMI ended.
+type vmiEnd struct {
+	uid             types.UID
+	phase           v1.VirtualMachineInstancePhase
+	reason, message string
+}
+
+// vmiEnds collects the ends of the VMIs of one name, in order.
+type vmiEnds struct {
+	mu   sync.Mutex
+	seen map[types.UID]bool
+	list []vmiEnd
+}
+
+func (e *vmiEnds) get() []vmiEnd {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// watchVMIEnds watches the VMIs named name until ctx ends (or the test
+// does) and records each one's final phase, reason and Ready message once.
+func (ev *env) watchVMIEnds(ctx context.Context, t *testing.T, name string) *vmiEnds {
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	e := &vmiEnds{seen: map[types.UID]bool{}}
+	go func() {
+		for ctx.Err() == nil {
+			w, err := ev.kemu.KemuV1alpha1().VirtualMachineInstances(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for we := range w.ResultChan() {
+				vmi, ok := we.Object.(*v1.VirtualMachineInstance)
+				if !ok || !vmi.Status.Phase.IsFinal() {
+					continue
+				}
+				var msg string
+				if r := condition(vmi, v1.VirtualMachineInstanceReady); r != nil {
+					msg = r.Message
+				}
+				e.mu.Lock()
+				if !e.seen[vmi.UID] {
+					e.seen[vmi.UID] = true
+					e.list = append(e.list, vmiEnd{uid: vmi.UID, phase: vmi.Status.Phase, reason: vmi.Status.Reason, message: msg})
+				}
+				e.mu.Unlock()
+			}
+			w.Stop()
+		}
+	}()
+	return e
 }
