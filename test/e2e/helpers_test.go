@@ -682,3 +682,21 @@ func (ev *env) launcherConnections(ctx context.Context, node string, want int) e
 
 // nodeAgentHealthPort is deploy/'s node agent --health-addr port.
 const nodeAgentHealthPort = 8185
+
+// readyMarker is the test guest's ready marker (cpus, mem_kb …), read on
+// a fresh connection to the VMI's serial console until it shows.
+func (ev *env) readyMarker(ctx context.Context, t testing.TB, name string) testguest.Marker {
+	t.Helper()
+	con := ev.startConsole(t, name)
+	if err := con.waitFor(ctx, "KEMU-GUEST ready", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	con.stop()
+	var ready testguest.Marker
+	for _, line := range strings.Split(con.out.String(), "\n") {
+		if m, ok := testguest.ParseMarker(line); ok && m.Kind == testguest.KindReady {
+			ready = m
+		}
+	}
+	return ready
+}

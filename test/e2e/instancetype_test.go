@@ -5,13 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // TestInstancetypeVM: a VM naming an instance type and a preference,
@@ -65,17 +62,7 @@ spec:
 	if m := vmi.Spec.Domain.Memory; m == nil || m.Guest == nil || m.Guest.String() != "192Mi" {
 		t.Errorf("VMI memory %+v, want guest 192Mi", m)
 	}
-	con := ev.startConsole(t, name)
-	if err := con.waitFor(ctx, "KEMU-GUEST ready", 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	con.stop()
-	var ready testguest.Marker
-	for _, line := range strings.Split(con.out.String(), "\n") {
-		if m, ok := testguest.ParseMarker(line); ok && m.Kind == testguest.KindReady {
-			ready = m
-		}
-	}
+	ready := ev.readyMarker(ctx, t, name)
 	if ready.Field("cpus") != "2" {
 		t.Errorf("the guest has %q CPUs, want 2: %s", ready.Field("cpus"), ready.Raw)
 	}

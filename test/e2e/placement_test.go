@@ -22,7 +22,6 @@ import (
 
 	"github.com/kemu-dev/kemu/api/launcherpod"
 	"github.com/kemu-dev/kemu/test/cluster"
-	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // placementHugepages is how many 2 MiB hugepages the suite's cluster adds
@@ -231,17 +230,7 @@ func TestPlacement(t *testing.T) {
 	t.Logf("host HugePages_Free %d → %d (the host's pool, shared)", free0, meminfoKB(t, "HugePages_Free"))
 
 	// The guest boots on it.
-	con := ev.startConsole(t, name)
-	if err := con.waitFor(ctx, "KEMU-GUEST ready", 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	con.stop()
-	var ready testguest.Marker
-	for _, line := range strings.Split(con.out.String(), "\n") {
-		if m, ok := testguest.ParseMarker(line); ok && m.Kind == testguest.KindReady {
-			ready = m
-		}
-	}
+	ready := ev.readyMarker(ctx, t, name)
 	memKB, _ := strconv.Atoi(ready.Field("mem_kb"))
 	// MemTotal: the 128 MiB less what the kernel keeps (78 MiB measured).
 	if ready.Field("cpus") != "1" || memKB < 64<<10 || memKB > 128<<10 {
