@@ -4,9 +4,14 @@
 # in its own namespaces with containerd and a kubelet), in the background,
 # stopped by pid.
 #
-#   hack/cluster.sh up [--nodes N | --node] [--no-crds]  # prints: export KUBECONFIG=...
+#   hack/cluster.sh up [--nodes N | --node] [--no-crds]  # prints what to use (below)
 #   hack/cluster.sh down     # stops exactly what up started, then checks nothing is left
-#   hack/cluster.sh status
+#   hack/cluster.sh status   # the same as up prints, while it runs
+#
+# up and status print the KUBECONFIG to export, the kubectl to use (the
+# cluster's own, _out/k8s/bin/kubectl: a kubectl on PATH may be far older)
+# and each node's containerd socket with the ctr command that imports an
+# image archive where that node's kubelet sees it.
 #
 # State: _out/cluster/{pid,log,kubeconfig}. Needs `make k8s` (and root for nodes).
 set -euo pipefail
@@ -59,7 +64,20 @@ up() {
 		fi
 		sleep 0.2
 	done
+	summary
+}
+
+# summary prints what a user of the running cluster needs (the log's
+# KUBECONFIG=, BIN= and NODE= lines, written by hack/cluster).
+summary() {
+	local log="${state}/log" bin name sock
+	bin="$(sed -n 's/^BIN=//p' "$log")"
 	echo "export KUBECONFIG=${state}/kubeconfig"
+	echo "kubectl: ${bin}/kubectl (the cluster's own version; e.g. alias kubectl=${bin}/kubectl)"
+	while read -r name sock; do
+		echo "node ${name}: containerd ${sock}"
+		echo "  import an image: ${bin}/ctr --address ${sock} --namespace k8s.io images import IMAGE.tar"
+	done < <(sed -n 's/^NODE=//p' "$log")
 }
 
 down() {
@@ -93,6 +111,6 @@ down() {
 case "${1:-}" in
 up) shift; up "$@" ;;
 down) down ;;
-status) if running; then echo "running (pid $(cat "$pidfile")); export KUBECONFIG=${state}/kubeconfig"; else echo "not running"; exit 1; fi ;;
-*) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+status) if running; then echo "running (pid $(cat "$pidfile"))"; summary; else echo "not running"; exit 1; fi ;;
+*) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

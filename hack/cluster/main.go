@@ -90,7 +90,12 @@ func serve(ctx context.Context, c *cluster.Cluster, crds bool, out string) int {
 			return 1
 		}
 	}
-	fmt.Printf("KUBECONFIG=%s\nDIR=%s\nready\n", kubeconfig, c.Dir)
+	fmt.Printf("KUBECONFIG=%s\nDIR=%s\nBIN=%s\n", kubeconfig, c.Dir, c.BinDir)
+	for _, n := range c.Nodes {
+		// hack/cluster.sh prints these: where to import images.
+		fmt.Printf("NODE=%s %s\n", n.Name, n.ContainerdSocket)
+	}
+	fmt.Println("ready")
 	<-ctx.Done()
 	return 0
 }

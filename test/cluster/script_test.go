@@ -14,7 +14,8 @@ import (
 )
 
 // hack/cluster.sh up --nodes 2 starts a cluster of two nodes with kemu's
-// CRDs in the background and prints its kubeconfig; down stops exactly what
+// CRDs in the background and prints its kubeconfig, kubectl and the nodes'
+// containerd sockets; down stops exactly what
 // up started (by pid) and checks that nothing is left.
 func TestClusterScript(t *testing.T) {
 	root, err := cluster.RepoRoot()
@@ -38,8 +39,28 @@ func TestClusterScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidText)))
-	kubeconfig := strings.TrimPrefix(strings.TrimSpace(string(out)), "export KUBECONFIG=")
+	// What up prints: the KUBECONFIG to export, the cluster's kubectl,
+	// each node's containerd socket (present) and how to import into it.
+	var kubeconfig string
+	sockets := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, ok := strings.CutPrefix(l, "export KUBECONFIG="); ok {
+			kubeconfig = k
+		}
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "node" && f[2] == "containerd" {
+			sockets[strings.TrimSuffix(f[1], ":")] = f[3]
+		}
+	}
 	kubectl := filepath.Join(root, "_out", "k8s", "bin", "kubectl")
+	if kubeconfig == "" || !strings.Contains(string(out), "kubectl: "+filepath.Dir(kubectl)+"/kubectl") ||
+		!strings.Contains(string(out), "images import") {
+		t.Errorf("cluster.sh up printed no KUBECONFIG, kubectl or import command:\n%s", out)
+	}
+	for _, n := range []string{"kemu-node-1", "kemu-node-2"} {
+		if st, err := os.Stat(sockets[n]); err != nil || st.Mode()&os.ModeSocket == 0 {
+			t.Errorf("node %s's containerd socket %q: %v\n%s", n, sockets[n], err, out)
+		}
+	}
 	got, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "--cache-dir", state, "get", "crd", "-o", "name").CombinedOutput()
 	if err != nil || !strings.Contains(string(got), "virtualmachineinstances.kemu.dev") {
 		t.Errorf("kubectl get crd: %v\n%s", err, got)
