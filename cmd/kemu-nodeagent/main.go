@@ -1,8 +1,10 @@
 // kemu-nodeagent is kemu's per-node agent (a DaemonSet). It runs the
 // kubelet device plugins for /dev/kvm (only when the KVM probe booted a
-// guest under KVM), /dev/net/tun and /dev/vhost-net; the node heartbeat —
-// labels kemu.dev/kvm and kemu.dev/schedulable (true once every plugin is
-// registered with the kubelet, false on stop) and the kemu.dev/heartbeat
+// guest under KVM; the probe runs in the background), /dev/net/tun and
+// /dev/vhost-net; the node heartbeat — labels kemu.dev/schedulable (true
+// once the tun and vhost-net plugins are registered with the kubelet: VMs
+// run under TCG; false on stop), kemu.dev/kvm (true once the probe said KVM
+// works and the kvm plugin is registered) and the kemu.dev/heartbeat
 // annotation; and the VMI controller of the node (nodeagent/vmi): it
 // connects to the launchers of the VMIs whose status.nodeName is this node
 // through their sockets under --kubelet-root (verified: no symlinks, a
@@ -29,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -198,14 +201,19 @@ func run() int {
 	klog.InfoS("kemu-nodeagent starting", "version", version, "node", nodeName, "devicePluginDir", pluginDir, "kubeletRoot", kubeletRoot)
 
 	// The probe runs once per process (its verdict is also cached on disk
-	// with the kernel and QEMU versions); plugins and heartbeat share it.
+	// with the kernel and QEMU versions), in the kvm plugin's first health
+	// check: in the background, so it does not hold the node back (the kvm
+	// plugin is Optional; until it is registered the node runs VMs under
+	// TCG). A cached verdict returns at once.
 	probe := sync.OnceValue(func() bool {
+		start := time.Now()
 		v := kvm.Probe(ctx, kvm.Options{QEMU: qemu, Kernel: probeKernel, Initrd: probeInitrd, CacheFile: probeCache})
-		klog.InfoS("KVM probe", "usable", v.Usable, "reason", v.Reason, "cached", v.Cached)
+		klog.InfoS("KVM probe", "usable", v.Usable, "reason", v.Reason, "cached", v.Cached, "took", time.Since(start).Round(time.Millisecond))
 		return v.Usable
 	})
+	kvmPlugin := deviceplugin.KVM(pluginDir, probe)
 	plugins := &deviceplugin.Manager{Plugins: []*deviceplugin.Plugin{
-		deviceplugin.KVM(pluginDir, probe), deviceplugin.Tun(pluginDir), deviceplugin.VhostNet(pluginDir),
+		kvmPlugin, deviceplugin.Tun(pluginDir), deviceplugin.VhostNet(pluginDir),
 	}}
 	for _, p := range plugins.Plugins {
 		p.Slots = slots
@@ -214,8 +222,11 @@ func run() int {
 		klog.ErrorS(err, "Device plugins")
 		return 2
 	}
+	// kemu.dev/schedulable=true as last written: /healthz (the DaemonSet's
+	// readiness) means "this node accepts VMIs".
+	var schedulable atomic.Bool
 	if healthAddr != "" {
-		if err := serveHealth(ctx, healthAddr, plugins); err != nil {
+		if err := serveHealth(ctx, healthAddr, plugins, &schedulable); err != nil {
 			klog.ErrorS(err, "Health endpoint")
 			_ = plugins.Stop()
 			return 1
@@ -236,7 +247,8 @@ func run() int {
 	apiErr := make(chan error, 1)
 	go func() { apiErr <- serveAPI(ctx, apiAddr, migration, vmis) }()
 	hbErr := heartbeat.Run(ctx, heartbeat.Config{Client: client, NodeName: nodeName, Interval: interval,
-		KVM: func(context.Context) bool { return probe() }, Ready: plugins.Ready, MachineTypes: machineTypes(ctx, qemu)})
+		KVM: func(context.Context) bool { return kvmReady(kvmPlugin) }, Ready: plugins.Ready, Written: schedulable.Store,
+		MachineTypes: machineTypes(ctx, qemu)})
 	stop() // heartbeat.Run also returns early on a bad configuration
 	err = errors.Join(hbErr, plugins.Stop(), <-vmiErr, <-migrationErr, <-apiErr)
 	if err != nil {
@@ -245,6 +257,14 @@ func run() int {
 	}
 	klog.InfoS("kemu-nodeagent stopped")
 	return 0
+}
+
+// kvmReady is the kemu.dev/kvm label: the probe said KVM works (the
+// plugin's health) and the kubelet advertises devices.kemu.dev/kvm (the
+// plugin is registered), so a launcher Pod asking for it can be placed. It
+// never blocks: while the probe runs it is false.
+func kvmReady(p *deviceplugin.Plugin) bool {
+	return p.Healthy() && p.Registered()
 }
 
 // machineTypes are the machine types of the node's QEMU (the node agent's
@@ -288,10 +308,12 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return rest.InClusterConfig()
 }
 
-// serveHealth answers /healthz: 200 once every device plugin of a healthy
-// device is registered with the kubelet, 503 before; and /metrics (the VMI
-// controller's and launcher connections' counters, Go and process metrics).
-func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager) error {
+// serveHealth answers /healthz: 200 while the node accepts VMIs — every
+// device plugin of a healthy device (but the Optional kvm one) is registered
+// with the kubelet and the heartbeat wrote kemu.dev/schedulable=true — 503
+// otherwise; and /metrics (the VMI controller's and launcher connections'
+// counters, Go and process metrics).
+func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager, schedulable *atomic.Bool) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -300,6 +322,10 @@ func serveHealth(ctx context.Context, addr string, plugins *deviceplugin.Manager
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !plugins.Ready() {
 			http.Error(w, "device plugins not registered with the kubelet", http.StatusServiceUnavailable)
+			return
+		}
+		if !schedulable.Load() {
+			http.Error(w, "node not labelled schedulable yet", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

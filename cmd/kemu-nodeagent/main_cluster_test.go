@@ -9,8 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +37,11 @@ import (
 // the (empty) VMI metrics' error counter and passes promtool (the CRDs are
 // not installed: the VMI controller waits without blocking the rest); on
 // SIGTERM it exits 0 and the Node becomes
-// unschedulable.
+// unschedulable. The KVM probe runs in the background: the agent's QEMU
+// (--qemu) is the real one behind a script that delays the probe's boot
+// (accel=kvm) by probeDelay, as a host whose KVM hangs does; the Node is
+// schedulable (and /healthz 200) before that, and kemu.dev/kvm follows
+// the probe's verdict when it comes.
 func TestNodeAgentOnRealNode(t *testing.T) {
 	guest, err := testguest.Paths()
 	if err != nil {
@@ -66,12 +73,19 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", c.Kubeconfig, "--node-name", c.NodeName,
+	const probeDelay = 8 * time.Second
+	slowQEMU := filepath.Join(t.TempDir(), "qemu-slow-kvm-probe")
+	script := fmt.Sprintf("#!/bin/sh\ncase \"$*\" in *accel=kvm*) sleep %d;; esac\nexec qemu-system-x86_64 \"$@\"\n", int(probeDelay.Seconds()))
+	if err := os.WriteFile(slowQEMU, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	cmd := exec.CommandContext(ctx, bin, "--qemu", slowQEMU, "--kubeconfig", c.Kubeconfig, "--node-name", c.NodeName,
 		"--kubelet-root", c.KubeletRootDir, "--device-plugin-dir", c.DevicePluginDir,
 		"--probe-kernel", guest.Kernel, "--probe-initrd", guest.Initrd, "--probe-cache", filepath.Join(t.TempDir(), "kvm.json"),
 		"--heartbeat-interval", "2s", "--health-addr", health)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +101,47 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 		}
 	}()
 
+	// The reference probe runs beside the agent's (same guest, no cache).
+	reference := make(chan kvm.Verdict, 1)
+	go func() { reference <- kvm.Probe(ctx, kvm.Options{Kernel: guest.Kernel, Initrd: guest.Initrd}) }()
+	var node *corev1.Node
+	// Schedulable (and ready) first, whatever the probe is doing.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		node, err = cs.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil || node.Labels[v1.NodeSchedulableLabel] != "true" {
+			return false, err
+		}
+		resp, err := http.Get("http://" + health + "/healthz")
+		if err != nil {
+			return false, nil // not listening yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("node never became schedulable with /healthz 200: %v; labels %v", err, node.Labels)
+	}
+	toSchedulable := time.Since(started)
+	t.Logf("agent start to schedulable=true and /healthz 200: %s (kvm=%s then)", toSchedulable.Round(time.Millisecond), node.Labels[v1.NodeKVMLabel])
+	if toSchedulable >= probeDelay {
+		t.Errorf("the node became schedulable %s after the agent started, its KVM probe takes more than %s: the probe held it back", toSchedulable, probeDelay)
+	} else if node.Labels[v1.NodeKVMLabel] != "false" {
+		t.Errorf("schedulable while the probe runs with %s=%q, want false (TCG)", v1.NodeKVMLabel, node.Labels[v1.NodeKVMLabel])
+	}
+	verdict := <-reference
+	t.Logf("reference KVM probe: usable=%v (%s) took %s", verdict.Usable, verdict.Reason, verdict.Took)
 	wantKVM := "false"
-	if kvm.Probe(ctx, kvm.Options{Kernel: guest.Kernel, Initrd: guest.Initrd}).Usable {
+	if verdict.Usable {
 		wantKVM = "true"
 	}
-	var node *corev1.Node
+	// The agent's own (delayed) probe finishes in the background.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(logs.String(), `"KVM probe" usable=`), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent's KVM probe never finished: %v", err)
+	}
+	t.Logf("agent start to its KVM probe's verdict: %s", time.Since(started).Round(time.Millisecond))
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		node, err = cs.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
 		if err != nil {
@@ -102,6 +152,7 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 		return node.Labels[v1.NodeSchedulableLabel] == "true" && node.Labels[v1.NodeKVMLabel] == wantKVM &&
 			node.Annotations[v1.NodeHeartbeatAnnotation] != "" && tun.Value() == 1000 && kvm == (wantKVM == "true"), nil
 	})
+	t.Logf("agent start to the verdict on the node (kvm=%s): %s", wantKVM, time.Since(started).Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("node never showed the node agent's work: %v; labels %v, capacity %v", err, node.Labels, node.Status.Capacity)
 	}
@@ -149,4 +200,22 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 		t.Errorf("after SIGTERM: %s=%q", v1.NodeSchedulableLabel, node.Labels[v1.NodeSchedulableLabel])
 	}
 	t.Logf("node labels %v, devices %v", node.Labels, fmt.Sprint(node.Status.Capacity["devices.kemu.dev/tun"]))
+}
+
+// syncBuffer collects the agent's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -69,10 +69,10 @@ func (m *Manager) Stop() error {
 
 // Ready reports whether every plugin whose device is healthy is registered
 // with the kubelet (plugins of absent or unusable devices stay
-// unregistered and do not hold the node back).
+// unregistered and do not hold the node back, nor do Optional plugins).
 func (m *Manager) Ready() bool {
 	for _, p := range m.Plugins {
-		if p.Healthy() && !p.Registered() {
+		if !p.Optional && p.Healthy() && !p.Registered() {
 			return false
 		}
 	}

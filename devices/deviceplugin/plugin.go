@@ -88,6 +88,9 @@ type Plugin struct {
 	// WatchInterval is how often Dir is polled for a kubelet restart
 	// (default 1 s).
 	WatchInterval time.Duration
+	// Optional plugins do not hold the node back (Manager.Ready): VMs run
+	// without their device (KVM: guests then run under TCG).
+	Optional bool
 
 	mu         sync.Mutex
 	healthy    bool
@@ -113,10 +116,12 @@ func VhostNet(dir string) *Plugin {
 // /dev/kvm is a character device and probe (e.g. kvm.Probe(...).Usable) says
 // KVM runs guests. probe is asked once and its answer kept until /dev/kvm
 // disappears, so an expensive probe is not repeated on every health check;
-// nil probe means the device node alone decides.
+// nil probe means the device node alone decides. The plugin is Optional:
+// a node runs VMs under TCG without it, so a slow probe (it runs in the
+// plugin's first health check) does not hold the node back.
 func KVM(dir string, probe func() bool) *Plugin {
 	const dev = "/dev/kvm"
-	return &Plugin{ResourceName: string(launcherpod.ResourceKVM), DevicePath: dev, Dir: dir, Health: probedDevice(dev, probe)}
+	return &Plugin{ResourceName: string(launcherpod.ResourceKVM), DevicePath: dev, Dir: dir, Health: probedDevice(dev, probe), Optional: true}
 }
 
 // probedDevice is healthy while path is a character device and probe, asked

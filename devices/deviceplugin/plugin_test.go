@@ -537,3 +537,31 @@ func waitRegistered(t *testing.T, p *Plugin, want bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestManagerReadyOptional: an Optional plugin (KVM) whose device turned
+// healthy but is not registered yet does not make the node unready.
+func TestManagerReadyOptional(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		healthy, registered bool
+		optional            bool
+		want                bool
+	}{
+		{name: "healthy, registered", healthy: true, registered: true, want: true},
+		{name: "healthy, not registered", healthy: true, want: false},
+		{name: "unhealthy", want: true},
+		{name: "optional, healthy, not registered", healthy: true, optional: true, want: true},
+		{name: "optional, healthy, registered", healthy: true, registered: true, optional: true, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := &Plugin{ResourceName: "devices.kemu.dev/tun", healthy: true, registered: true}
+			p := &Plugin{ResourceName: "devices.kemu.dev/x", healthy: tc.healthy, registered: tc.registered, Optional: tc.optional}
+			if got := (&Manager{Plugins: []*Plugin{base, p}}).Ready(); got != tc.want {
+				t.Errorf("Ready() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !KVM(t.TempDir(), nil).Optional {
+		t.Error("the KVM plugin is not Optional")
+	}
+}

@@ -4,7 +4,10 @@
 // KVM probe's verdict), machine-type.node.kemu.dev/<type> (the machine
 // types of the node's QEMU; labels of types it no longer has are removed)
 // and kemu.dev/heartbeat (a timestamp, refreshed every interval with
-// jitter), which the node controller checks for staleness.
+// jitter), which the node controller checks for staleness. Readiness and
+// the KVM verdict are watched in between: a change is written at once (a
+// node becomes schedulable as soon as its plugins are registered, and gets
+// kemu.dev/kvm=true when the background KVM probe finishes).
 package heartbeat
 
 import (
@@ -31,6 +34,8 @@ import (
 const (
 	DefaultInterval = time.Minute
 	DefaultJitter   = 0.2 // up to 20% added to each interval
+	// DefaultWatch is how often Ready and KVM are checked between beats.
+	DefaultWatch = time.Second
 	// stopTimeout bounds the last patch (schedulable=false) after the
 	// context ended.
 	stopTimeout = 10 * time.Second
@@ -45,11 +50,18 @@ type Config struct {
 	Interval time.Duration
 	Jitter   float64
 	// KVM reports whether KVM runs guests on this node (the probe's
-	// verdict). Required.
+	// verdict). Required; it is asked every Watch, so it must not block
+	// (the node agent runs the probe in the background).
 	KVM func(ctx context.Context) bool
 	// Ready reports whether the node can run VMs (device plugins
-	// registered). nil means always.
+	// registered). nil means always. Asked every Watch.
 	Ready func() bool
+	// Watch is how often Run checks Ready and KVM between beats; a change
+	// is written at once (default DefaultWatch).
+	Watch time.Duration
+	// Written, when set, is called by Run after each successful patch with
+	// the kemu.dev/schedulable value it wrote.
+	Written func(schedulable bool)
 	// MachineTypes are the machine types of the node's QEMU (aliases
 	// included); nil leaves the machine type labels alone.
 	MachineTypes []string
@@ -71,6 +83,9 @@ func (c *Config) defaults() error {
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
 	}
+	if c.Watch <= 0 {
+		c.Watch = DefaultWatch
+	}
 	if c.Jitter == 0 {
 		c.Jitter = DefaultJitter
 	}
@@ -83,15 +98,25 @@ func (c *Config) defaults() error {
 	return errors.Join(errs...)
 }
 
+// state is what a beat writes besides the timestamp and machine types.
+type state struct{ ready, kvm bool }
+
+func (c *Config) state(ctx context.Context) state {
+	return state{ready: c.Ready == nil || c.Ready(), kvm: c.KVM(ctx)}
+}
+
 // Beat writes one heartbeat: the labels and the timestamp.
 func Beat(ctx context.Context, c Config) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
-	ready := c.Ready == nil || c.Ready()
+	return beat(ctx, c, c.state(ctx))
+}
+
+func beat(ctx context.Context, c Config, st state) error {
 	labels := map[string]any{
-		v1.NodeSchedulableLabel: strconv.FormatBool(ready),
-		v1.NodeKVMLabel:         strconv.FormatBool(c.KVM(ctx)),
+		v1.NodeSchedulableLabel: strconv.FormatBool(st.ready),
+		v1.NodeKVMLabel:         strconv.FormatBool(st.kvm),
 	}
 	want := map[string]bool{}
 	for _, m := range c.MachineTypes {
@@ -118,22 +143,56 @@ func Beat(ctx context.Context, c Config) error {
 	return err
 }
 
-// Run beats until ctx ends, then marks the node unschedulable. A failed
-// beat is logged and retried at the next interval; Run returns the error
-// of the final patch.
+// Run beats until ctx ends, then marks the node unschedulable. Between
+// beats it checks Ready and KVM every Watch and beats at once when either
+// changed. A failed beat is logged and retried at the next interval (or
+// change); Run returns the error of the final patch.
 func Run(ctx context.Context, c Config) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
 	klog.InfoS("Heartbeat started", "node", c.NodeName, "interval", c.Interval)
-	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
-		if err := Beat(ctx, c); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Heartbeat failed", "node", c.NodeName)
+	watch := time.NewTicker(c.Watch)
+	defer watch.Stop()
+	for ctx.Err() == nil {
+		st := c.state(ctx)
+		if err := beat(ctx, c, st); err != nil {
+			if ctx.Err() == nil {
+				klog.ErrorS(err, "Heartbeat failed", "node", c.NodeName)
+			}
+		} else {
+			klog.V(2).InfoS("Heartbeat", "node", c.NodeName, "schedulable", st.ready, "kvm", st.kvm)
+			if c.Written != nil {
+				c.Written(st.ready)
+			}
 		}
-	}, c.Interval, c.Jitter, true)
+		period := c.Interval
+		if c.Jitter > 0 {
+			period = wait.Jitter(period, c.Jitter)
+		}
+		next := time.NewTimer(period)
+	idle:
+		for {
+			select {
+			case <-ctx.Done():
+				break idle
+			case <-next.C:
+				break idle
+			case <-watch.C:
+				if now := c.state(ctx); now != st {
+					klog.InfoS("Node state changed, heartbeat now", "node", c.NodeName, "schedulable", now.ready, "kvm", now.kvm)
+					break idle
+				}
+			}
+		}
+		next.Stop()
+	}
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
+	if c.Written != nil {
+		c.Written(false)
+	}
 	if err := MarkUnschedulable(sctx, c); err != nil {
 		return err
 	}

@@ -87,3 +87,42 @@ func TestRunMarksUnschedulableOnStop(t *testing.T) {
 		t.Errorf("after stop: labels %v annotations %v", n.Labels, n.Annotations)
 	}
 }
+
+// TestRunWritesChangesAtOnce: with an hour between beats, a node that
+// becomes ready and later learns that KVM works gets both labels within a
+// few Watch periods, and Written reports what was written.
+func TestRunWritesChangesAtOnce(t *testing.T) {
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	var ready, kvm, written atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := Config{Client: cs, NodeName: "n1", Interval: time.Hour, Watch: 5 * time.Millisecond,
+		KVM: func(context.Context) bool { return kvm.Load() }, Ready: ready.Load, Written: written.Store}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c) }()
+	waitLabels := func(schedulable, kvm string) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			n, err := cs.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Labels[v1.NodeSchedulableLabel] == schedulable && n.Labels[v1.NodeKVMLabel] == kvm && written.Load() == (schedulable == "true") {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("labels %v, written %v; want schedulable=%s kvm=%s", n.Labels, written.Load(), schedulable, kvm)
+			}
+		}
+	}
+	waitLabels("false", "false")
+	ready.Store(true) // plugins registered: schedulable under TCG
+	waitLabels("true", "false")
+	kvm.Store(true) // the background probe finished: upgrade
+	waitLabels("true", "true")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitLabels("false", "true")
+}
