@@ -40,7 +40,7 @@ func TestValidateExamplesAndTestdata(t *testing.T) {
 func TestValidateForCluster(t *testing.T) {
 	all, _ := filepath.Glob("../../examples/*")
 	for _, f := range all {
-		if b := filepath.Base(f); b != "standalone" && b != "cluster" && b != "kubevirt" {
+		if b := filepath.Base(f); b != "standalone" && b != "cluster" && b != "kubevirt" && b != "README.md" {
 			t.Errorf("%s: an example belongs in examples/standalone, examples/cluster or examples/kubevirt", f)
 		}
 	}
