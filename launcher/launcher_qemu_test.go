@@ -464,7 +464,7 @@ func TestKilledLauncherTakesQEMU(t *testing.T) {
 	dir := shortDir(t)
 	run := filepath.Join(dir, "run")
 	cmd := exec.Command(bin, "run", "--accel", "tcg", "--dir", run, "--image-cache", filepath.Join(dir, "cache"),
-		filepath.Join(root, "examples", "vmi-testguest.yaml"))
+		filepath.Join(root, "examples", "standalone", "vmi-testguest.yaml"))
 	cmd.Dir = root
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout

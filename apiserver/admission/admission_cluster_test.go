@@ -245,6 +245,30 @@ spec:
 		})
 	})
 
+	t.Run("examples: cluster ones accepted, standalone ones refused naming the local image", func(t *testing.T) {
+		root, err := cluster.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		good, _ := filepath.Glob(filepath.Join(root, "examples", "cluster", "*.yaml"))
+		bad, _ := filepath.Glob(filepath.Join(root, "examples", "standalone", "*.yaml"))
+		if len(good) == 0 || len(bad) == 0 {
+			t.Fatalf("examples: %d cluster, %d standalone", len(good), len(bad))
+		}
+		for _, f := range good {
+			if _, stderr, err := c.Kubectl("apply", "--dry-run=server", "-n", ns, "-f", f); err != nil {
+				t.Errorf("%s: %v\n%s", filepath.Base(f), err, stderr)
+			}
+		}
+		for _, f := range bad {
+			_, stderr, err := c.Kubectl("apply", "--dry-run=server", "-n", ns, "-f", f)
+			if err == nil || !strings.Contains(stderr, ".image: Forbidden") ||
+				!strings.Contains(stderr, "oci: references are for kemuctl run only; a cluster pulls images from a registry") {
+				t.Errorf("%s: err %v\n%s", filepath.Base(f), err, stderr)
+			}
+		}
+	})
+
 	t.Run("webhooks unreachable: creates are refused", func(t *testing.T) {
 		srv.Close()
 		_, stderr, err := c.KubectlInput(vmiManifest("down", goodSpec), "apply", "-f", "-")

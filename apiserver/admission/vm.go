@@ -71,7 +71,8 @@ func (c Config) validateVM(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 		return invalid(vmKind, vm.Name, errs)
 	}
 	v1.SetVirtualMachineDefaults(&vm)
-	return invalid(vmKind, vm.Name, validation.AsWritten(validation.ValidateVirtualMachine(&vm), &vm, written))
+	errs := validation.AsWritten(validation.ValidateVirtualMachine(&vm), &vm, written)
+	return invalid(vmKind, vm.Name, append(errs, validation.ValidateForCluster(&vm)...))
 }
 
 // expandVM expands the VM's template with its instance type and preference

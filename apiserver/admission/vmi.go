@@ -47,6 +47,7 @@ func (c Config) validateVMI(req *admissionv1.AdmissionRequest) *admissionv1.Admi
 		// then, and judges the VMI as the controller will if it has not.
 		defaultVMI(req, &vmi)
 		errs := validation.ValidateVirtualMachineInstance(&vmi)
+		errs = append(errs, validation.ValidateForCluster(&vmi)...)
 		if c.HostDiskDirs != nil {
 			errs = append(errs, validation.ValidateHostDisks(&vmi, c.HostDiskDirs())...)
 		}

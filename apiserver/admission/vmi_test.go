@@ -88,6 +88,44 @@ func TestValidateVMIHostDisks(t *testing.T) {
 	}
 }
 
+// A local image reference (kemuctl run's oci: layouts and archives) is
+// refused in a VMI and in a VM's template, naming the field: a cluster
+// pulls images from a registry, so such a VMI would never start.
+func TestValidateLocalImages(t *testing.T) {
+	vmi := func(image string) string { return strings.Replace(goodVMI, "image: example/os:1", "image: "+image, 1) }
+	vm := func(image string) string { return strings.Replace(goodVM, "image: example/os:1", "image: "+image, 1) }
+	tests := []struct {
+		name, path, obj string
+		kind            metav1.GroupVersionKind
+		want            []string
+	}{
+		{"VMI registry image", PathValidateVMI, vmi("quay.io/containerdisks/cirros:6.2"), vmiKind, nil},
+		{"VMI oci:", PathValidateVMI, vmi("oci:_out/testguest/oci/containerdisk"), vmiKind,
+			[]string{"spec.volumes[0].containerDisk.image: FieldValueForbidden"}},
+		{"VMI docker-archive:", PathValidateVMI, vmi("docker-archive:/tmp/os.tar"), vmiKind,
+			[]string{"spec.volumes[0].containerDisk.image: FieldValueForbidden"}},
+		{"VM oci:", PathValidateVM, vm("oci:_out/testguest/oci/containerdisk"), vmKind,
+			[]string{"spec.template.spec.volumes[0].containerDisk.image: FieldValueForbidden"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := post(t, tt.path, request(t, tt.kind, admissionv1.Create, "alice", tt.obj, ""))
+			if tt.want == nil {
+				if !resp.Allowed {
+					t.Fatalf("refused: %+v", resp.Result)
+				}
+				return
+			}
+			if resp.Allowed || !slices.Equal(causes(resp), tt.want) {
+				t.Fatalf("got %+v, want %q", resp.Result, tt.want)
+			}
+			if !strings.Contains(resp.Result.Message, "references are for kemuctl run only; a cluster pulls images from a registry") {
+				t.Errorf("message %q does not say why", resp.Result.Message)
+			}
+		})
+	}
+}
+
 // A VMI's spec never changes; the request annotations change only by
 // kemu's service accounts; everything else in metadata is free (adoption,
 // finalizers, labels).

@@ -47,7 +47,7 @@ func kemuctlRunToEnd(t testing.TB, limit time.Duration, extra ...string) (int, s
 	dir := testguest.TempDir(t, "kemu-run-") // QEMU (uid 107) must traverse it
 	args := append([]string{"run", "--accel", "tcg", "--dir", filepath.Join(dir, "run"),
 		"--image-cache", filepath.Join(dir, "cache"), "--kvm-probe-cache", filepath.Join(dir, "kvm-probe.json")}, extra...)
-	cmd := exec.Command(bin, append(args, "examples/vmi-testguest.yaml")...)
+	cmd := exec.Command(bin, append(args, "examples/standalone/vmi-testguest.yaml")...)
 	cmd.Dir = root
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {

@@ -34,7 +34,7 @@ func kemuctlRun(t *testing.T, extra ...string) (*exec.Cmd, *bufio.Scanner, int, 
 	dir := testguest.TempDir(t, "kemu-run-") // QEMU (uid 107) must traverse it
 	run := filepath.Join(dir, "run")
 	args := append([]string{"run", "--accel", "tcg", "--dir", run, "--image-cache", filepath.Join(dir, "cache")}, extra...)
-	cmd := exec.Command(bin, append(args, "examples/vmi-testguest.yaml")...)
+	cmd := exec.Command(bin, append(args, "examples/standalone/vmi-testguest.yaml")...)
 	cmd.Dir = root
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout

@@ -29,7 +29,7 @@ func TestShellAgainstKemuctlRun(t *testing.T) {
 	}
 	dir := testguest.TempDir(t, "kemu-sh-") // QEMU (uid 107) must traverse it
 	run := exec.Command(bin, "run", "--accel", "tcg", "--dir", filepath.Join(dir, "run"),
-		"--image-cache", filepath.Join(dir, "cache"), "examples/vmi-testguest.yaml")
+		"--image-cache", filepath.Join(dir, "cache"), "examples/standalone/vmi-testguest.yaml")
 	run.Dir = root
 	out, _ := run.StdoutPipe()
 	run.Stderr = run.Stdout

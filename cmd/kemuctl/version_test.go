@@ -66,7 +66,7 @@ func TestVersionWithoutCluster(t *testing.T) {
 		t.Errorf("version: exit %d, stdout %q (want %q), stderr %q", code, stdout, want, stderr)
 	}
 	// The commands that need no cluster work without one.
-	stdout, stderr, code = run(t, "", "validate", "../../examples/vmi-testguest.yaml")
+	stdout, stderr, code = run(t, "", "validate", "../../examples/standalone/vmi-testguest.yaml")
 	if code != 0 || !strings.Contains(stdout, "valid") {
 		t.Errorf("validate without a cluster: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

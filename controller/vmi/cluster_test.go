@@ -638,25 +638,34 @@ func TestPodVanished(t *testing.T) {
 // but api/validation refuses (a CPU model QEMU would take as a request for
 // its help text; the CRD's CEL rules refuse a disk without a volume
 // already) fails with a condition and an event naming the field, and gets
-// no Pod.
+// no Pod. So does a VMI with a local oci: image (kemuctl run's), which no
+// kubelet could pull: it would hang in Scheduled otherwise.
 func TestInvalidVMI(t *testing.T) {
 	ns := newNamespace(t, "invalid")
 	startController(t, ns, nil)
 	x := newVMI("bad")
 	x.Spec.Domain.CPU = &v1.CPU{Model: "help"}
-	createVMI(t, ns, x)
-	vmi := waitVMI(t, ns, "bad", "Failed", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Failed })
-	c := condition(vmi, v1.VirtualMachineInstanceSynchronized)
-	if vmi.Status.Reason != ReasonInvalidSpec || c == nil || c.Reason != ReasonInvalidSpec ||
-		!strings.Contains(c.Message, "spec.domain.cpu.model") {
-		t.Errorf("reason %q condition %+v", vmi.Status.Reason, c)
+	local := newVMI("local")
+	local.Spec.Volumes[0].ContainerDisk.Image = "oci:_out/testguest/oci/containerdisk"
+	for _, tc := range []struct {
+		vmi  *v1.VirtualMachineInstance
+		path string
+	}{{x, "spec.domain.cpu.model"}, {local, "spec.volumes[0].containerDisk.image"}} {
+		name := tc.vmi.Name
+		createVMI(t, ns, tc.vmi)
+		vmi := waitVMI(t, ns, name, "Failed", func(v *v1.VirtualMachineInstance) bool { return v.Status.Phase == v1.Failed })
+		c := condition(vmi, v1.VirtualMachineInstanceSynchronized)
+		if vmi.Status.Reason != ReasonInvalidSpec || c == nil || c.Reason != ReasonInvalidSpec ||
+			!strings.Contains(c.Message, tc.path) {
+			t.Errorf("%s: reason %q condition %+v", name, vmi.Status.Reason, c)
+		}
+		waitEvent(t, ns, name, "Failed", tc.path)
+		if hasFinalizer(vmi) {
+			t.Errorf("%s: an invalid VMI got the finalizer", name)
+		}
 	}
-	waitEvent(t, ns, "bad", "Failed", "spec.domain.cpu.model")
 	if pods := launcherPods(t, ns); len(pods) != 0 {
 		t.Errorf("%d pods for an invalid VMI", len(pods))
-	}
-	if hasFinalizer(vmi) {
-		t.Error("an invalid VMI got the finalizer")
 	}
 }
 

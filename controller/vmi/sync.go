@@ -125,8 +125,10 @@ func (c *Controller) syncPending(ctx context.Context, key string, vmi *v1.Virtua
 	defaulted := vmi.DeepCopy()
 	v1.SetVirtualMachineInstanceDefaults(defaulted)
 	errs := validation.ValidateVirtualMachineInstance(defaulted)
-	// Cluster policy: hostDisks only beneath the directories kemu-config allows.
+	// Cluster policy: hostDisks only beneath the directories kemu-config
+	// allows; images from a registry (no local oci: references).
 	errs = append(errs, validation.ValidateHostDisks(defaulted, c.cfg.Template.HostDiskDirs())...)
+	errs = append(errs, validation.ValidateForCluster(defaulted)...)
 	invalid := func(errs field.ErrorList) error {
 		msg := errs.ToAggregate().Error()
 		return c.updateStatus(ctx, vmi, "invalid spec: "+msg, func(vmi *v1.VirtualMachineInstance) {

@@ -77,7 +77,7 @@ spec:
 			}
 		})
 	}
-	if _, stderr, code := run(t, "", "run", "--then", "dance", "../../examples/vmi-testguest.yaml"); code != 2 || !strings.Contains(stderr, "dance") {
+	if _, stderr, code := run(t, "", "run", "--then", "dance", "../../examples/standalone/vmi-testguest.yaml"); code != 2 || !strings.Contains(stderr, "dance") {
 		t.Errorf("bad --then: exit %d %q", code, stderr)
 	}
 }

@@ -18,7 +18,7 @@ func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 }
 
 func TestValidateExamplesAndTestdata(t *testing.T) {
-	files, _ := filepath.Glob("../../examples/*.yaml")
+	files, _ := filepath.Glob("../../examples/*/*.yaml")
 	kv, _ := filepath.Glob("../../api/manifest/testdata/kubevirt/*")
 	files = append(files, kv...)
 	if len(files) < 3 {
@@ -30,6 +30,66 @@ func TestValidateExamplesAndTestdata(t *testing.T) {
 	}
 	if n := strings.Count(stdout, ": valid\n"); n < len(files) {
 		t.Errorf("%d valid lines for %d files:\n%s", n, len(files), stdout)
+	}
+}
+
+// Every example lives under the directory of where it runs: standalone/
+// (kemuctl run), cluster/ (kubectl apply), kubevirt/ (KubeVirt's, for
+// kemuctl convert). --for cluster passes the cluster and KubeVirt ones and
+// refuses every standalone one, naming its local image's field.
+func TestValidateForCluster(t *testing.T) {
+	all, _ := filepath.Glob("../../examples/*")
+	for _, f := range all {
+		if b := filepath.Base(f); b != "standalone" && b != "cluster" && b != "kubevirt" && b != "README.md" {
+			t.Errorf("%s: an example belongs in examples/standalone, examples/cluster or examples/kubevirt", f)
+		}
+	}
+	clusterReady, _ := filepath.Glob("../../examples/cluster/*.yaml")
+	kv, _ := filepath.Glob("../../examples/kubevirt/*.yaml")
+	clusterReady = append(clusterReady, kv...)
+	standalone, _ := filepath.Glob("../../examples/standalone/*.yaml")
+	if len(clusterReady) < 6 || len(standalone) < 2 {
+		t.Fatalf("only %d cluster and %d standalone examples", len(clusterReady), len(standalone))
+	}
+	tests := []struct {
+		name  string
+		args  []string
+		code  int
+		wants []string
+	}{
+		{"cluster examples for a cluster", append([]string{"validate", "--for", "cluster"}, clusterReady...), 0, nil},
+		{"cluster examples for run", append([]string{"validate", "--for=run"}, clusterReady...), 0, nil},
+		{"standalone examples for run (the default)", append([]string{"validate"}, standalone...), 0, nil},
+		{"testguest for a cluster", []string{"validate", "--for", "cluster", "../../examples/standalone/vmi-testguest.yaml"}, 1, []string{
+			`VirtualMachineInstance/testguest: spec.volumes[0].containerDisk.image: Forbidden: "oci:_out/testguest/oci/containerdisk": oci: references are for kemuctl run only; a cluster pulls images from a registry`}},
+		{"kernelboot for a cluster", []string{"validate", "--for", "cluster", "../../examples/standalone/vmi-kernelboot.yaml"}, 1, []string{
+			"spec.domain.firmware.kernelBoot.container.image: Forbidden"}},
+		{"a VM's template from stdin", []string{"validate", "--for", "cluster", "-"}, 1, []string{
+			`spec.template.spec.volumes[0].containerDisk.image: Forbidden: "docker-archive:os.tar": docker-archive: references`}},
+		{"unknown --for", []string{"validate", "--for", "moon", "-"}, 2, nil},
+	}
+	vm := `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: vm}
+spec:
+  runStrategy: Always
+  template:
+    spec:
+      domain: {memory: {guest: 128Mi}, devices: {}}
+      volumes: [{name: root, containerDisk: {image: "docker-archive:os.tar"}}]
+`
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := run(t, vm, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tt.code, stdout, stderr)
+			}
+			for _, w := range tt.wants {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, stdout)
+				}
+			}
+		})
 	}
 }
 

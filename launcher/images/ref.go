@@ -8,13 +8,16 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/kemu-dev/kemu/api/validation"
 )
 
-// Transport prefixes of local image references (skopeo's spelling).
+// Transport prefixes of local image references (skopeo's spelling), defined
+// in api/validation, which refuses them in objects sent to a cluster.
 const (
-	PrefixOCI           = "oci:"
-	PrefixOCIArchive    = "oci-archive:"
-	PrefixDockerArchive = "docker-archive:"
+	PrefixOCI           = validation.LocalImageOCI
+	PrefixOCIArchive    = validation.LocalImageOCIArchive
+	PrefixDockerArchive = validation.LocalImageDockerArchive
 )
 
 type refKind int

@@ -50,7 +50,8 @@ func manifestsOf(t *testing.T, glob string) map[string][]*manifest.Document {
 func TestServerAcceptsValidManifests(t *testing.T) {
 	installCRDs(t)
 	sets := []map[string][]*manifest.Document{
-		manifestsOf(t, "examples/*.yaml"),
+		manifestsOf(t, "examples/standalone/*.yaml"),
+		manifestsOf(t, "examples/cluster/*.yaml"),
 		manifestsOf(t, "api/manifest/testdata/kubevirt/*"),
 	}
 	n := 0
