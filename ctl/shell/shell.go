@@ -68,6 +68,15 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 		return cli.ExitError{Code: 1}
 	}
 	defer conn.Close()
+	// The session ends with its client: on a hangup, the running
+	// command's streams are cancelled and the connection closed (the
+	// launcher sees them end), then the process exits.
+	ctx, hangup := hangupContext(cmd.Context())
+	stopWatch := watchHangup(cmd.InOrStdin(), cmd.OutOrStdout(), func() {
+		hangup()
+		_ = conn.Close()
+	})
+	defer stopWatch()
 	s := &shell{
 		client: rpc.NewLauncherClient(conn),
 		in:     cmd.InOrStdin(),
@@ -78,8 +87,8 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 	}
 	defer s.intr.stop()
 
-	ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
-	info, err := s.client.Info(ctx, &rpc.InfoRequest{SupportedVersions: []string{shellAPIVersion}})
+	infoCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	info, err := s.client.Info(infoCtx, &rpc.InfoRequest{SupportedVersions: []string{shellAPIVersion}})
 	cancel()
 	if err == nil && info.GetVersion() != shellAPIVersion {
 		err = fmt.Errorf("the launcher speaks API %q (supports %s), kemuctl speaks %s",
@@ -92,7 +101,10 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 
 	if batch {
 		for _, line := range splitCommands(commands) {
-			done, err := s.run(cmd.Context(), line)
+			done, err := s.run(ctx, line)
+			if errors.Is(context.Cause(ctx), errHangup) {
+				return cli.ExitError{Code: HangupExit}
+			}
 			if err != nil {
 				fmt.Fprintf(errOut, "error: %s\n", formatError(err))
 				return cli.ExitError{Code: 1}
@@ -105,7 +117,11 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 	}
 	fmt.Fprintf(s.out, "connected to launcher %s (API %s) at %s; type help, or exit\n",
 		info.GetLauncherVersion(), info.GetVersion(), socket)
-	return s.interactive(cmd.Context())
+	err = s.interactive(ctx)
+	if errors.Is(context.Cause(ctx), errHangup) {
+		return cli.ExitError{Code: HangupExit}
+	}
+	return err
 }
 
 // interactive runs the prompt loop until exit, quit or end of input.
