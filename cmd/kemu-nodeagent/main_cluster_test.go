@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -84,7 +83,7 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 		"--kubelet-root", c.KubeletRootDir, "--device-plugin-dir", c.DevicePluginDir,
 		"--probe-kernel", guest.Kernel, "--probe-initrd", guest.Initrd, "--probe-cache", filepath.Join(t.TempDir(), "kvm.json"),
 		"--heartbeat-interval", "2s", "--health-addr", health)
-	logs := &syncBuffer{}
+	logs := &testguest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -200,22 +199,4 @@ func TestNodeAgentOnRealNode(t *testing.T) {
 		t.Errorf("after SIGTERM: %s=%q", v1.NodeSchedulableLabel, node.Labels[v1.NodeSchedulableLabel])
 	}
 	t.Logf("node labels %v, devices %v", node.Labels, fmt.Sprint(node.Status.Capacity["devices.kemu.dev/tun"]))
-}
-
-// syncBuffer collects the agent's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
