@@ -10,8 +10,8 @@ module=github.com/kemu-dev/kemu
 header=$root/hack/boilerplate.go.txt
 
 "$bin/controller-gen" object:headerFile="$header" paths=./api/...
-rm -rf deploy/crd
-"$bin/controller-gen" crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=deploy/crd
+rm -rf deploy/base/crd
+"$bin/controller-gen" crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=deploy/base/crd
 
 # One clientset, listers and informers for every group: kemu.dev/v1alpha1 and
 # instancetype.kemu.dev/v1beta1.

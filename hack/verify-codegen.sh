@@ -3,7 +3,7 @@
 # regenerates in place and compares every file's hash before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-snapshot() { find api deploy/crd deploy/instancetypes launcher/rpc devices/kvm/guest nodeagent/seccomp -type f -print0 | sort -z | xargs -0 sha256sum; }
+snapshot() { find api deploy/base/crd deploy/instancetypes launcher/rpc devices/kvm/guest nodeagent/seccomp -type f -print0 | sort -z | xargs -0 sha256sum; }
 before=$(snapshot)
 bash hack/update-codegen.sh
 after=$(snapshot)

@@ -42,14 +42,14 @@ const goodSpec = `
       disks: [{name: root}]
   volumes: [{name: root, containerDisk: {image: example/os:1}}]`
 
-// webhookConfigs reads deploy/webhooks.yaml and points it at url with caPEM.
+// webhookConfigs reads deploy/base/webhooks.yaml and points it at url with caPEM.
 func webhookConfigs(t *testing.T, url string, caPEM []byte) (*admissionregv1.MutatingWebhookConfiguration, *admissionregv1.ValidatingWebhookConfiguration) {
 	t.Helper()
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "webhooks.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "base", "webhooks.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // cannot import a Go constant): they must agree.
 func TestCRDRulesMatchValidation(t *testing.T) {
 	for _, f := range []string{"kemu.dev_virtualmachineinstances.yaml", "kemu.dev_virtualmachines.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crd", f))
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "base", "crd", f))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 package admission
 
-// The webhooks' URL paths on kemu-api, named in deploy/webhooks.yaml.
+// The webhooks' URL paths on kemu-api, named in deploy/base/webhooks.yaml.
 const (
 	// PathMutateVMI stores a new VMI's defaults.
 	PathMutateVMI = "/mutate/virtualmachineinstances"

@@ -110,5 +110,5 @@ func (c Config) expandVM(vm *v1.VirtualMachine) field.ErrorList {
 }
 
 // lookupTimeout bounds the reads of instance types, preferences, revisions
-// and claims within the webhook's own timeout (10 s, deploy/webhooks.yaml).
+// and claims within the webhook's own timeout (10 s, deploy/base/webhooks.yaml).
 const lookupTimeout = 5 * time.Second

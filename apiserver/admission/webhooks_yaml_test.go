@@ -11,10 +11,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// deploy/webhooks.yaml names exactly the paths Handlers serves, on the
+// deploy/base/webhooks.yaml names exactly the paths Handlers serves, on the
 // resources and operations each webhook judges, never a subresource.
 func TestWebhooksYAML(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "webhooks.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "base", "webhooks.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

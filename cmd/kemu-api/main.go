@@ -40,7 +40,7 @@ import (
 var version = "dev"
 
 // WebhookConfigurationName names kemu-api's mutating and validating
-// webhook configurations (deploy/webhooks.yaml).
+// webhook configurations (deploy/base/webhooks.yaml).
 const WebhookConfigurationName = "kemu-api"
 
 type options struct {

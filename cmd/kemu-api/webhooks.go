@@ -28,7 +28,7 @@ func webhookHandlers(namespace string, kube kubernetes.Interface, lookup *instan
 }
 
 // subjectAccessReview asks kube-apiserver what a requesting user may do
-// (kemu-api is bound to system:auth-delegator, deploy/kemu-api-rbac.yaml).
+// (kemu-api is bound to system:auth-delegator, deploy/base/kemu-api-rbac.yaml).
 func subjectAccessReview(kube kubernetes.Interface) admission.Authorizer {
 	return func(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (bool, string, error) {
 		r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})

@@ -13,10 +13,10 @@ import (
 	"github.com/kemu-dev/kemu/kube/nodeapi"
 )
 
-// deploy/nodeagent.yaml serves the node agent's API where kemu-api looks:
+// deploy/base/nodeagent.yaml serves the node agent's API where kemu-api looks:
 // --api-addr on nodeapi.DefaultPort, the container port nodeapi.PortName.
 func TestDeployAPIPort(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/nodeagent.yaml")
+	b, err := os.ReadFile("../../deploy/base/nodeagent.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

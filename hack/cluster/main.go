@@ -30,7 +30,7 @@ func run() int {
 	node := flag.Bool("node", false, "also run a node: -nodes 1")
 	nodes := flag.Int("nodes", 0, "run this many nodes, each in its own namespaces with containerd, runc, CNI and a kubelet, and kube-scheduler (root)")
 	cm := flag.Bool("controller-manager", false, "also run kube-controller-manager (implied by nodes)")
-	crds := flag.Bool("crds", true, "install kemu's CRDs (deploy/crd)")
+	crds := flag.Bool("crds", true, "install kemu's CRDs (deploy/base/crd)")
 	out := flag.String("kubeconfig", "", "also copy the admin kubeconfig here")
 	leftovers := flag.String("leftovers", "", "start nothing: list what the stopped cluster whose folder was this left on the machine (processes, mounts, the folder, network devices, cgroups) and exit 1 if anything")
 	flag.Parse()

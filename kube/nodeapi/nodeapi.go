@@ -47,5 +47,5 @@ func Path(namespace, name, verb string) string {
 }
 
 // AgentLabel selects the node agent Pods in kemu's namespace (the
-// DaemonSet's Pod label in deploy/nodeagent.yaml).
+// DaemonSet's Pod label in deploy/base/nodeagent.yaml).
 const AgentLabel = "app.kubernetes.io/name=kemu-nodeagent"

@@ -858,14 +858,14 @@ func moduleOf(gomod []byte) string {
 	return ""
 }
 
-// InstallCRDs applies kemu's CRDs (<repo root>/deploy/crd, as a user would
+// InstallCRDs applies kemu's CRDs (<repo root>/deploy/base/crd, as a user would
 // with kubectl) and waits until they are Established.
 func (c *Cluster) InstallCRDs() error {
 	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
-	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "crd")); err != nil {
+	if _, stderr, err := c.Kubectl("apply", "-f", filepath.Join(root, "deploy", "base", "crd")); err != nil {
 		return fmt.Errorf("installing kemu's CRDs: %w: %s", err, stderr)
 	}
 	if _, stderr, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s",

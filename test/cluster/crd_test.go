@@ -47,7 +47,7 @@ spec:
 
 func vmiYAML(name string) string { return strings.Replace(minimalVMI, "NAME", name, 1) }
 
-// installCRDs applies deploy/crd/ as a user would and waits until the CRDs
+// installCRDs applies deploy/base/crd/ as a user would and waits until the CRDs
 // are Established.
 func installCRDs(t *testing.T) {
 	t.Helper()
@@ -57,7 +57,7 @@ func installCRDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir = filepath.Join(root, "deploy", "crd")
+		dir = filepath.Join(root, "deploy", "base", "crd")
 	}
 	files := []string{
 		"kemu.dev_virtualmachineinstances.yaml",

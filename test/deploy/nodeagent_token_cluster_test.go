@@ -24,7 +24,7 @@ import (
 	"github.com/kemu-dev/kemu/test/cluster"
 )
 
-// testAgentToken checks deploy/nodeagent-policy.yaml with the token the
+// testAgentToken checks deploy/base/nodeagent-policy.yaml with the token the
 // kubelet projected into the running node agent's Pod (read from the
 // node's pod volumes): it carries the node's name as its node claim, its
 // heartbeat on its own Node passes, on another Node it is refused by the

@@ -2,7 +2,8 @@
 // kustomize overlay shared by the deploy and e2e suites. The nodes look
 // like a real cluster's to deploy/ (kubelet root /var/lib/kubelet, the
 // "kubernetes" Service reachable from Pods), so the overlay only retags the
-// images and sets kemu-config.
+// images and sets kemu-config; the e2e suite's is over ThrowawayOverlay,
+// the committed overlay make demo-cluster installs.
 package deploytest
 
 import (
@@ -22,20 +23,25 @@ var Images = []string{"kemu-launcher", "kemu-controller", "kemu-api", "kemu-node
 // Archive is image's OCI archive's file name.
 func Archive(image string) string { return image + ".oci.tar" }
 
+// ThrowawayOverlay is the committed overlay for hack/cluster.sh's
+// throw-away cluster (relative to the repository's root), which
+// hack/demo-cluster.sh applies.
+const ThrowawayOverlay = "deploy/overlays/throwaway"
+
 // Config is what the overlay changes beyond the images; zero fields keep
-// deploy/'s values.
+// the base's values.
 type Config struct {
+	// Base is the kustomization the overlay is over, relative to the
+	// repository's root: "" is deploy (kubectl apply -k deploy/).
+	Base string
 	// HostDiskDirs is kemu-config hostDiskDirs.
 	HostDiskDirs string
-	// ImageVolumes sets kemu-config imageVolumes: containerDisks as image
-	// volumes (the test nodes' containerd 2.x mounts them).
-	ImageVolumes bool
 	// ControllerArgs and NodeAgentArgs are added to kemu-controller's and
 	// kemu-nodeagent's arguments.
 	ControllerArgs, NodeAgentArgs []string
 }
 
-// Overlay writes dir/kustomization.yaml over <repo root>/deploy. tag, when
+// Overlay writes dir/kustomization.yaml over cfg.Base. tag, when
 // not "", retags kemu's Images (kustomize images:, which also
 // rewrites the launcher image in kemu-config).
 func Overlay(dir, tag string, cfg Config) error {
@@ -43,7 +49,11 @@ func Overlay(dir, tag string, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(dir, filepath.Join(root, "deploy"))
+	base := cfg.Base
+	if base == "" {
+		base = "deploy"
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(root, base))
 	if err != nil {
 		return err
 	}
@@ -67,9 +77,6 @@ func patches(cfg Config) string {
 	var data []string
 	if cfg.HostDiskDirs != "" {
 		data = append(data, fmt.Sprintf("hostDiskDirs: %q", cfg.HostDiskDirs))
-	}
-	if cfg.ImageVolumes {
-		data = append(data, `imageVolumes: "true"`)
 	}
 	if len(data) > 0 {
 		fmt.Fprintf(&b, `  - target: {kind: ConfigMap, name: kemu-config}

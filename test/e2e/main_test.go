@@ -108,7 +108,7 @@ func checkArtefacts(root string) error {
 		{"_out/images/kemu-nodeagent.oci.tar", "make images"},
 		{"_out/testguest/oci/containerdisk.docker.tar", "make testguest"},
 		{"_out/testguest/oci/kernelboot.docker.tar", "make testguest"},
-		{"deploy/kustomization.yaml", "the deploy/ kustomize tree (git checkout)"},
+		{deploytest.ThrowawayOverlay + "/kustomization.yaml", "the deploy/ kustomize tree (git checkout)"},
 	} {
 		if _, err := os.Stat(filepath.Join(root, a.path)); err != nil {
 			errs = append(errs, fmt.Errorf("%s is missing (run: %s): %w", a.path, a.how, err))
@@ -299,7 +299,8 @@ func controllerArgs() []string {
 	return args
 }
 
-// writeOverlay writes a kustomization over deploy/: kemu-config allows
+// writeOverlay writes a kustomization over deploy/overlays/throwaway (what
+// make demo-cluster installs: containerDisks as image volumes): kemu-config allows
 // hostDisks below <cluster dir>/hostdisks (TestHostileTenant), and the
 // heartbeats are faster.
 func (ev *env) writeOverlay() error {
@@ -313,8 +314,8 @@ func (ev *env) writeOverlay() error {
 	}
 	ev.overlay = dir
 	return deploytest.Overlay(dir, "", deploytest.Config{
+		Base:           deploytest.ThrowawayOverlay,
 		HostDiskDirs:   ev.hostDisks,
-		ImageVolumes:   true,
 		ControllerArgs: controllerArgs(),
 		NodeAgentArgs:  []string{"--heartbeat-interval=" + heartbeatInterval.String()},
 	})

@@ -1,4 +1,4 @@
-// Package nodeagentpolicy tests deploy/nodeagent-policy.yaml, the
+// Package nodeagentpolicy tests deploy/base/nodeagent-policy.yaml, the
 // ValidatingAdmissionPolicy that confines each node agent to its node's
 // VMIs, its own Node and events of its own, on a real kube-apiserver
 // (test/cluster, control plane only: no kubelet is needed to issue a token

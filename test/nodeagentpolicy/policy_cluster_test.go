@@ -41,7 +41,7 @@ import (
 
 const (
 	// ns is where deploy/kustomization.yaml puts kemu; sa the node agent's
-	// ServiceAccount (deploy/nodeagent-rbac.yaml).
+	// ServiceAccount (deploy/base/nodeagent-rbac.yaml).
 	ns = "kemu-system"
 	sa = "kemu-nodeagent"
 	// tenant holds the test's VMIs.
@@ -55,7 +55,7 @@ const (
 	nodeNameKey = "authentication.kubernetes.io/node-name"
 )
 
-// shipped is deploy/nodeagent-policy.yaml as parsed; the test reads it for
+// shipped is deploy/base/nodeagent-policy.yaml as parsed; the test reads it for
 // names and applies it through kubectl apply -k deploy/.
 type shipped struct {
 	policies []*admissionv1.ValidatingAdmissionPolicy
@@ -66,7 +66,7 @@ type shipped struct {
 
 func policyFile(t *testing.T, root string) shipped {
 	t.Helper()
-	f, err := os.Open(filepath.Join(root, "deploy", "nodeagent-policy.yaml"))
+	f, err := os.Open(filepath.Join(root, "deploy", "base", "nodeagent-policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
