@@ -14,7 +14,7 @@ COMMANDS   := $(notdir $(wildcard cmd/*))
 # exported method (kemu-launcher 25.5 -> 20.5 MB, kemu-api 70 -> 47 MB; hack/images/gobuild.Tags).
 BUILD_TAGS := grpcnotrace
 
-.PHONY: build deps generate verify-generated lint test test-qemu-distro unit fuzz testguest k8s images demo bench clean
+.PHONY: build deps generate verify-generated lint test test-qemu-distro unit fuzz testguest k8s images demo demo-cluster bench clean
 
 ## build: every binary into _out/bin
 build:
@@ -33,7 +33,7 @@ generate: deps
 verify-generated: deps
 	@bash hack/verify-codegen.sh
 
-## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps, the distro job's and the fuzz scripts
+## lint: gofmt, go vet, staticcheck (all build tags); actionlint (with shellcheck) over .github/workflows, shellcheck over action.yml's steps, the distro job's, the fuzz and the demo-cluster scripts
 lint: deps
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
@@ -41,7 +41,7 @@ lint: deps
 	$(TOOLS)/staticcheck -tags '$(TEST_TAGS)' ./...
 	$(TOOLS)/actionlint -shellcheck shellcheck
 	$(GO) run ./hack/actionshell action.yml
-	shellcheck hack/distro-root.sh hack/distro-test.sh hack/fuzz.sh
+	shellcheck hack/distro-root.sh hack/distro-test.sh hack/fuzz.sh hack/demo-cluster.sh
 
 ## testguest: the guest every QEMU test boots (_out/testguest)
 testguest: deps
@@ -56,9 +56,11 @@ k8s: deps
 	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet containerd
 	@bash hack/multus/build.sh
 
-## test: lint, generated-file check, the fuzz targets, and every test suite (unit, QEMU, cluster)
+## test: lint, generated-file check, the fuzz targets, every test suite (unit, QEMU, cluster), make demo-cluster
+## and the QEMU suites against Debian 13's QEMU
 test: lint verify-generated fuzz testguest k8s images
 	$(GO) test -race -count=1 -timeout 40m -tags '$(TEST_TAGS)' ./...
+	@$(MAKE) --no-print-directory demo-cluster
 	@$(MAKE) --no-print-directory test-qemu-distro
 
 ## test-qemu-distro: the QEMU-level suites (qmp, launcher, kemuctl run …) against Debian 13's QEMU 10.x,
@@ -80,6 +82,12 @@ unit:
 ## demo: the main job on a fresh machine
 demo: deps build testguest
 	@bash hack/demo.sh
+
+## demo-cluster: the throw-away 2-node cluster, kemu installed with kubectl apply -k deploy/overlays/throwaway, a VM
+## (examples/cluster/vm-testguest.yaml) Running with its IP, console, pause, unpause, live migration, delete, then
+## uninstall and teardown, checking nothing is left (hack/demo-cluster.sh)
+demo-cluster: deps build testguest k8s images
+	@bash hack/demo-cluster.sh
 
 ## bench: benchmarks, figures written to docs/benchmarks.md
 bench: deps testguest

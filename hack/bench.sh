@@ -38,7 +38,9 @@ section() {
 		echo "$out" | grep -E '^(Benchmark|goos|goarch|cpu)' || true
 		# What the benchmarks log (b.Log: breakdowns, what stopped a run),
 		# the lines under each "--- BENCH:".
-		echo "$out" | awk '/^--- BENCH:/ { keep = 1; print; next } keep && /^    / { print; next } { keep = 0 }'
+		# Also a script's summary: "== done" and the indented lines under it
+		# (hack/demo-cluster.sh).
+		echo "$out" | awk '/^(--- BENCH:|== done)/ { keep = 1; print; next } keep && /^    / { print; next } { keep = 0 }'
 		printf '```\n<!-- /bench:%s -->\n' "$name"
 	)
 	[ -f "$doc" ] || printf '# Benchmarks\n\nWritten by `make bench` (hack/bench.sh); each section names the machine and the command that produced it.\n' >"$doc"
@@ -85,4 +87,6 @@ section e2e-migration "End to end: create VirtualMachineInstanceMigration -> Suc
 	go test -tags 'cluster qemu' -run '^$' -bench BenchmarkMigration -benchtime 5x -timeout 30m ./test/e2e/
 section e2e-scrape "End to end: one scrape of a node agent's /metrics with 1 and 10 VMIs on its node (each launcher asked: scrapes 5.5 s apart, past the collector's cache), wall time p50/max, bytes, the node agent's CPU per scrape (an upper bound: its idle work in between included); with 1 VMI the guest's shell-loop rate without and with a scrape every second (TCG)" \
 	go test -tags 'cluster qemu' -run '^$' -bench BenchmarkScrape -benchtime 1x -timeout 30m ./test/e2e/
+section demo-cluster "make demo-cluster: from no cluster to a VM on two nodes (Running, console, pause, unpause, live migration, delete) and back to nothing, wall time per step (warm _out: binaries, images, test guest built; TCG)" \
+	bash hack/demo-cluster.sh
 echo "[bench] figures written to $doc"

@@ -5,7 +5,7 @@
 # stopped by pid.
 #
 #   hack/cluster.sh up [--nodes N | --node] [--no-crds]  # prints what to use (below)
-#   hack/cluster.sh down     # stops exactly what up started, then checks nothing is left
+#   hack/cluster.sh down     # stops exactly what up started, removes its kubeconfig, then checks nothing is left
 #   hack/cluster.sh status   # the same as up prints, while it runs
 #
 # up and status print the KUBECONFIG to export, the kubectl to use (the
@@ -13,7 +13,8 @@
 # and each node's containerd socket with the ctr command that imports an
 # image archive where that node's kubelet sees it.
 #
-# State: _out/cluster/{pid,log,kubeconfig}. Needs `make k8s` (and root for nodes).
+# State: _out/cluster/{pid,log,kubeconfig}; down keeps only the log (and the
+# cluster binary it built). Needs `make k8s` (and root for nodes).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -97,7 +98,7 @@ down() {
 		fi
 		sleep 0.2
 	done
-	rm -f "$pidfile"
+	rm -f "$pidfile" "${state}/kubeconfig"
 	local dir
 	dir="$(sed -n 's/^DIR=//p' "${state}/log")"
 	if [[ -n "$dir" ]] && ! left="$("${state}/cluster" -leftovers "$dir")"; then

@@ -90,6 +90,9 @@ func TestClusterScript(t *testing.T) {
 	if left := cluster.Leftovers(dir, ""); len(left) > 0 {
 		t.Errorf("left behind after down: %v", left)
 	}
+	if _, err := os.Stat(kubeconfig); !os.IsNotExist(err) {
+		t.Errorf("the kubeconfig %s of the stopped cluster is still there (%v)", kubeconfig, err)
+	}
 	for _, p := range append(children, pid) {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(p)); err == nil && !zombie(p) {
 			t.Errorf("process %d still running after down", p)
