@@ -47,7 +47,7 @@ lint: deps
 testguest: deps
 	@bash hack/testguest/build.sh
 
-## images: kemu's launcher, controller and node agent images as OCI archives, no Docker (_out/images; skipped when up to date)
+## images: kemu's launcher, controller, kemu-api and node agent images as OCI archives, no Docker (_out/images; skipped when up to date)
 images: testguest
 	@VERSION='$(VERSION)' bash hack/images/build.sh
 

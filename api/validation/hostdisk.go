@@ -10,8 +10,8 @@ import (
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
 )
 
-// HostDiskDirsKey is the kemu-config key (and the controller's and node
-// agent's --host-disk-dirs flag) naming the host directories hostDisks may
+// HostDiskDirsKey is the kemu-config key (and the controller's, kemu-api's
+// and the node agent's --host-disk-dirs flag) naming the host directories hostDisks may
 // live under. Default: none, so a cluster refuses every hostDisk until an
 // administrator chooses a directory. `kemuctl run` (the user's own machine)
 // does not apply it.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kemu-dev/kemu/api/client/clientset/versioned"
 	"github.com/kemu-dev/kemu/api/subresources"
+	"github.com/kemu-dev/kemu/api/validation"
 	"github.com/kemu-dev/kemu/apiserver/certs"
 	"github.com/kemu-dev/kemu/apiserver/nodeclient"
 	"github.com/kemu-dev/kemu/apiserver/server"
@@ -55,6 +56,9 @@ type options struct {
 	server       *server.Options
 	webhookPaths []string
 	showVersion  bool
+	// hostDiskDirs are kemu-config's hostDiskDirs: hostDisks elsewhere
+	// are refused at admission, as the controller refuses them.
+	hostDiskDirs []string
 }
 
 func main() { os.Exit(run()) }
@@ -97,6 +101,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "API requests per second")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "API request burst")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	var hostDiskDirs string
+	fs.StringVar(&hostDiskDirs, "host-disk-dirs", "", "node directories hostDisks may live under, comma-separated (kemu-config "+validation.HostDiskDirsKey+"); empty: every hostDisk is refused at admission")
 	o.server.AddFlags(fs)
 	gfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gfs)
@@ -109,6 +115,10 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.namespace == "" || o.service == "" {
 		return nil, errors.New("--namespace and --service-name are required")
+	}
+	var err error
+	if o.hostDiskDirs, err = validation.ParseHostDiskDirs(hostDiskDirs); err != nil {
+		return nil, fmt.Errorf("--host-disk-dirs: %w", err)
 	}
 	if err := o.server.Validate(); err != nil {
 		return nil, err
@@ -185,7 +195,7 @@ func serve(ctx context.Context, o *options) error {
 	srv, err := server.New(o.server, server.Config{
 		Cert:         certMgr,
 		Subresources: handler,
-		Webhooks:     webhookHandlers(o.namespace, kube, &instancetypes.Lookup{Kube: kube, Kemu: kemu}),
+		Webhooks:     webhookHandlers(o.namespace, o.hostDiskDirs, kube, &instancetypes.Lookup{Kube: kube, Kemu: kemu}),
 	})
 	if err != nil {
 		return err

@@ -22,8 +22,9 @@ const cdiProbeTTL = 30 * time.Second
 // calls webhooks without credentials).
 func webhookPaths() []string { return admission.Paths }
 
-func webhookHandlers(namespace string, kube kubernetes.Interface, lookup *instancetypes.Lookup) map[string]http.Handler {
+func webhookHandlers(namespace string, hostDiskDirs []string, kube kubernetes.Interface, lookup *instancetypes.Lookup) map[string]http.Handler {
 	return admission.Handlers(admission.Config{Namespace: namespace, Authorize: subjectAccessReview(kube), Instancetypes: lookup,
+		HostDiskDirs: func() []string { return hostDiskDirs },
 		CDIInstalled: (&cdi.Probe{Discovery: kube.Discovery(), TTL: cdiProbeTTL}).Installed})
 }
 

@@ -80,7 +80,7 @@ kemuctl calls kemu-api's ` + v.verb.Name + ` subresource of the VM (the user nee
 state and makes the change with its own ServiceAccount.
 
 ` + cli.ConnectionHelp + `
-The exit status is 1 when the VM cannot be ` + v.use + `ed (or the cluster not
+The exit status is 1 when kemu-api refuses to ` + v.use + ` the VM (or the cluster is not
 reached), 2 for a usage error.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.CompleteVMs,

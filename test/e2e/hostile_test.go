@@ -147,10 +147,11 @@ spec:
 			{"hd-dotdot", ev.hostDisks + "/../../etc/shadow"},
 			{"hd-dir", "/etc"},
 		} {
-			// kemu-api's webhook refuses what validation alone can (a
-			// path that is not clean) at apply; the controller refuses
-			// the rest (the allowed directories are its configuration)
-			// before any Pod. Either way the field is named.
+			// kemu-api's webhook refuses them at apply (it reads
+			// kemu-config's hostDiskDirs as the controller does); an
+			// object stored without it (kemu-api installed later) is
+			// refused by the controller before any Pod. Either way the
+			// field is named.
 			if out, err := tenant(hostDiskVMI(c.name, c.path, "Disk"), "apply", "-f", "-"); err != nil {
 				if !strings.Contains(err.Error(), "spec.volumes[1].hostDisk.path") {
 					t.Fatalf("%s: refused without naming the field: %v\n%s", c.path, err, out)
