@@ -56,12 +56,13 @@ k8s: deps
 	@bash hack/k8s/build.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet containerd
 	@bash hack/multus/build.sh
 
-## test: lint, generated-file check, the fuzz targets, every test suite (unit, QEMU, cluster), make demo-cluster
-## and the QEMU suites against Debian 13's QEMU
+## test: lint, generated-file check, the fuzz targets, every test suite (unit, QEMU, cluster), then make demo-cluster
+## beside the QEMU suites against Debian 13's QEMU
 test: lint verify-generated fuzz testguest k8s images
 	$(GO) test -race -count=1 -timeout 40m -tags '$(TEST_TAGS)' ./...
-	@$(MAKE) --no-print-directory demo-cluster
-	@$(MAKE) --no-print-directory test-qemu-distro
+	@# Side by side: the distro suites run one QEMU at a time and leave a core
+	@# to the demo's cluster; each one's output is printed when it ends.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target demo-cluster test-qemu-distro
 
 ## test-qemu-distro: the QEMU-level suites (qmp, launcher, kemuctl run …) against Debian 13's QEMU 10.x,
 ## in a debootstrap'ed root (_out/distro/debian13, cached); PKGS="qmp launcher/cmdline" runs only those
