@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -65,7 +66,7 @@ func probe(ctx context.Context, p launcherpod.Probe, c rpc.LauncherClient) (stri
 	}
 	r, err := c.GuestExec(ctx, &rpc.GuestExecRequest{Command: p.Command}, grpc.WaitForReady(true))
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case err != nil && timedOut(ctx, err):
 		return fmt.Sprintf("guest exec %s: no result within %s (the command may go on in the guest)", p.Command[0], p.Timeout), false
 	case err != nil:
 		return "guest exec: " + status.Convert(err).Message(), false
@@ -75,6 +76,22 @@ func probe(ctx context.Context, p launcherpod.Probe, c rpc.LauncherClient) (stri
 		return fmt.Sprintf("%s: exit status %d in the guest", p.Command[0], r.GetExitCode()), false
 	}
 	return p.Command[0] + ": exit status 0 in the guest", true
+}
+
+// timedOut says whether a call's error is the probe's timeout. The
+// launcher sees the same deadline (gRPC carries it) and may end the stream
+// a moment before the client's own timer fires: its RST_STREAM CANCEL
+// arrives as Canceled while ctx.Err() is still nil. ctx is never canceled
+// otherwise.
+func timedOut(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
 }
 
 // suppressed: the guest agent is unreachable by design, not by a fault.

@@ -216,12 +216,17 @@ func (g *Group) Remove() error {
 		}
 		if len(procs) == 0 {
 			// The manager checks for tasks again and removes the directory.
-			if err := g.m.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			// The kernel may still refuse for a moment after the last task
+			// left cgroup.procs (its exit not finished: EBUSY); the manager
+			// retries for ~150 ms, this loop until the deadline.
+			err := g.m.Delete()
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
 				return fmt.Errorf("removing cgroup %s: %w", g.path, err)
 			}
-			break
-		}
-		if time.Now().After(deadline) {
+		} else if time.Now().After(deadline) {
 			return fmt.Errorf("removing cgroup %s: still has processes %v after %s", g.path, procs, RemoveTimeout)
 		}
 		time.Sleep(wait)
