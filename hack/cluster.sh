@@ -14,7 +14,9 @@
 # image archive where that node's kubelet sees it.
 #
 # State: _out/cluster/{pid,log,kubeconfig}; down keeps only the log (and the
-# cluster binary it built). Needs `make k8s` (and root for nodes).
+# cluster binary it built). The empty /run/kemu-test-node.lock stays: every
+# cluster with nodes flocks it, and removing it would let two lock different
+# files. Needs `make k8s` (and root for nodes).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -113,5 +115,5 @@ case "${1:-}" in
 up) shift; up "$@" ;;
 down) down ;;
 status) if running; then echo "running (pid $(cat "$pidfile"))"; summary; else echo "not running"; exit 1; fi ;;
-*) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,/^set /{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -13,8 +13,8 @@
 #      a command on its serial console (kemuctl console), pause and unpause,
 #      a live migration to the other node, delete;
 #   5. uninstall (the order docs/deploy.md gives), hack/cluster.sh down, and
-#      a check that no process, mount, network namespace or device, cgroup,
-#      hugepage or file of kemu's or the cluster's is left.
+#      a check that no process, mount, network namespace or device, cgroup
+#      or file of kemu's or the cluster's is left.
 # Exit 0 only if every step worked and nothing is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,10 @@ launchers=kemu.dev/app=launcher
 images=(kemu-launcher kemu-controller kemu-api kemu-nodeagent)
 containerdisk=_out/testguest/oci/containerdisk.docker.tar
 
+if ((EUID != 0)); then
+	echo "demo-cluster: needs root (the nodes' namespaces, cgroups, containerd and kubelets)" >&2
+	exit 1
+fi
 need=("$kemuctl" "$containerdisk")
 for i in "${images[@]}"; do need+=("_out/images/$i.oci.tar"); done
 for f in "${need[@]}"; do
