@@ -230,7 +230,17 @@ func serve(ctx context.Context, o options) error {
 		var wg sync.WaitGroup
 		errs := make([]error, len(cs))
 		for i, c := range cs {
-			wg.Go(func() { errs[i] = c.Run(ctx, o.workers) })
+			wg.Go(func() {
+				err := c.Run(ctx, o.workers)
+				if err != nil && ctx.Err() != nil {
+					// Its caches never synced because the stop came first
+					// (a controller waits for them only until ctx ends):
+					// a shutdown, not a failure.
+					klog.InfoS("Controller stopped before its caches synced", "err", err)
+					err = nil
+				}
+				errs[i] = err
+			})
 		}
 		wg.Wait()
 		return errors.Join(errs...)

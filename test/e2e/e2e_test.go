@@ -3,11 +3,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -176,6 +182,55 @@ func TestContainerDiskVMI(t *testing.T) {
 		}
 	})
 
+	// Issue 24: killing kemuctl shell VMI (the client of an exec into the
+	// launcher Pod) ends the shell it started in the compute container; it
+	// used to run, holding its launcher streams, until the Pod died.
+	t.Run("shell ends with its killed client", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, ev.kemuctl, "shell", name, "-n", ns, "-c", "events", "--kubeconfig", ev.c.Kubeconfig)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		killed := false
+		t.Cleanup(func() {
+			if !killed {
+				cmd.Process.Kill() //nolint:errcheck // best effort
+				cmd.Wait()         //nolint:errcheck // best effort
+			}
+		})
+		var remote int
+		err := poll(ctx, 200*time.Millisecond, func() error {
+			pids := remoteShells()
+			if len(pids) != 1 {
+				return fmt.Errorf("%d remote kemuctl shell processes (%v); client output: %q", len(pids), pids, out.String())
+			}
+			remote = pids[0]
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait() //nolint:errcheck // killed
+		killed = true
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		defer wcancel()
+		err = poll(wctx, 100*time.Millisecond, func() error {
+			if slices.Contains(remoteShells(), remote) {
+				return fmt.Errorf("the remote shell (host pid %d) still runs", remote)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("remote shell (host pid %d) gone %s after its client was killed", remote, time.Since(t0).Round(time.Millisecond))
+	})
+
 	t.Run("delete powers off with ACPI", func(t *testing.T) {
 		con := ev.startConsole(t, name)
 		if err := con.waitFor(ctx, "KEMU-GUEST tick", 2*time.Minute); err != nil {
@@ -215,6 +270,27 @@ func TestContainerDiskVMI(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// remoteShells lists the host pids of `kemuctl shell --socket … -c events`
+// processes (what kemuctl shell VMI -c events runs in a launcher Pod; the
+// test nodes share the host's pid namespace view).
+func remoteShells() []int {
+	var pids []int
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 3 && filepath.Base(args[0]) == "kemuctl" && args[1] == "shell" && slices.Contains(args, "--socket") && slices.Contains(args, "events") {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }
 
 // inOrder says whether each word occurs in s after the one before it.
