@@ -23,6 +23,7 @@ type ThroughPod struct {
 // NewCommand is kemuctl shell; pod runs it through a VMI's launcher Pod.
 func NewCommand(pod ThroughPod) *cobra.Command {
 	var socket, commands, output string
+	var eofHangup bool
 	cmd := &cobra.Command{
 		Use: "shell (--socket PATH | VMI)",
 		Example: `  kemuctl shell --socket /tmp/kemu-run-1234/launcher.sock
@@ -72,11 +73,13 @@ completion, Ctrl-C). ` + cli.ConnectionHelp,
 				fmt.Fprintln(errOut, "kemuctl shell: --socket PATH is required")
 				return cli.ExitError{Code: 2}
 			}
-			return runShell(cmd, socket, commands, output == "json", cmd.Flags().Changed("command"))
+			return runShell(cmd, socket, commands, output == "json", cmd.Flags().Changed("command"), eofHangup)
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", "", "the launcher's command socket")
 	cmd.Flags().StringVarP(&commands, "command", "c", "", "run these commands (separated by ';') and exit")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&eofHangup, EOFHangupFlag, false, "the end of stdin means the client went away (kemuctl shell VMI passes it with -c commands that read no input, and holds the exec's stdin open)")
+	_ = cmd.Flags().MarkHidden(EOFHangupFlag)
 	return cmd
 }

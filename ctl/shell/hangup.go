@@ -5,12 +5,29 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
+
+// EOFHangupFlag is kemuctl shell's hidden flag that makes the end of stdin
+// a hangup (watchHangup).
+const EOFHangupFlag = "eof-hangup"
+
+// ReadsInput says whether -c commands read stdin (console forwards it to
+// the guest): a remote shell running them cannot take stdin's end as its
+// client going away.
+func ReadsInput(commands string) bool {
+	for _, c := range splitCommands(commands) {
+		if f := strings.Fields(c); len(f) > 0 && f[0] == "console" {
+			return true
+		}
+	}
+	return false
+}
 
 // errHangup is the cause of a session ended because its client went away.
 var errHangup = errors.New("the client went away (hangup)")
@@ -40,14 +57,22 @@ var exitOnHangup = func() { os.Exit(HangupExit) }
 // Pod dies. onHangup runs first (cancel the session's context, close its
 // connection so that the launcher sees its streams end), then the process
 // exits with HangupExit. stop ends the watcher.
-func watchHangup(in, out any, onHangup func()) (stop func()) {
+//
+// eofHangup also takes the end of a pipe's stdin (its writers gone:
+// POLLHUP) as a hangup. Without a terminal, the container runtime shows
+// the remote shell nothing else of a client that went away: it keeps
+// draining stdout and stderr until the process ends, and closes only
+// stdin. kemuctl shell VMI sets it (EOFHangupFlag) for -c commands that
+// read no input, and holds the exec's stdin open until it ends itself.
+func watchHangup(in, out any, eofHangup bool, onHangup func()) (stop func()) {
 	var fds []unix.PollFd
 	if f, ok := out.(*os.File); ok {
 		fds = append(fds, unix.PollFd{Fd: int32(f.Fd())})
 	}
-	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		// A pipe's stdin ends by EOF, which the prompt reads; only a
-		// terminal's hangup is a hangup.
+	if f, ok := in.(*os.File); ok && (eofHangup || term.IsTerminal(int(f.Fd()))) {
+		// Otherwise a pipe's stdin ends by EOF, which the prompt and
+		// console read as the end of input; only a terminal's hangup is
+		// a hangup.
 		fds = append(fds, unix.PollFd{Fd: int32(f.Fd())})
 	}
 	sig := make(chan os.Signal, 1)

@@ -23,9 +23,14 @@ func TestShellEndsWithClient(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		tty  bool
+		eof  bool // --eof-hangup; stdout drained throughout, stdin closed
 	}{
-		{"stdout reader gone during -c events", false},
-		{"terminal closed during interactive events", true},
+		{"stdout reader gone during -c events", false, false},
+		{"terminal closed during interactive events", true, false},
+		// A container runtime keeps draining an exec's stdout after its
+		// client went away and closes only stdin (kemuctl shell VMI holds
+		// it open for -c commands that read no input).
+		{"stdin ended during -c events --eof-hangup", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeLauncher{}
@@ -34,6 +39,9 @@ func TestShellEndsWithClient(t *testing.T) {
 			args := []string{"shell", "--socket", sock}
 			if !tc.tty {
 				args = append(args, "-c", "events")
+			}
+			if tc.eof {
+				args = append(args, "--"+EOFHangupFlag)
 			}
 			cmd := exec.Command(os.Args[0], args...)
 			cmd.Env = append(os.Environ(), clitest.AsMainEnv+"=1", "TERM=xterm", "XDG_CACHE_HOME="+home, "HOME="+home)
@@ -83,6 +91,16 @@ func TestShellEndsWithClient(t *testing.T) {
 					<-readDone
 					_ = tty.Close()
 				}
+			} else if tc.eof {
+				in, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd.Stdout = &clitest.Screen{} // drained, as the runtime does
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				hangUp = func() { _ = in.Close() }
 			} else {
 				r, w, err := os.Pipe()
 				if err != nil {
@@ -133,5 +151,21 @@ func TestShellEndsWithClient(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Only console reads input among -c commands.
+func TestReadsInput(t *testing.T) {
+	for commands, want := range map[string]bool{
+		"events":                            false,
+		"status; stats":                     false,
+		"console":                           true,
+		"status; console":                   true,
+		`qmp query-status {"a": "console"}`: false,
+		"":                                  false,
+	} {
+		if got := ReadsInput(commands); got != want {
+			t.Errorf("ReadsInput(%q) = %v, want %v", commands, got, want)
+		}
 	}
 }

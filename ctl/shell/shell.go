@@ -56,7 +56,7 @@ type shell struct {
 	qmpNames []string // QEMU's command names, once fetched
 }
 
-func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) error {
+func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch, eofHangup bool) error {
 	errOut := cmd.ErrOrStderr()
 	if _, err := os.Stat(socket); err != nil {
 		fmt.Fprintf(errOut, "error: launcher socket: %v\n", err)
@@ -72,7 +72,7 @@ func runShell(cmd *cobra.Command, socket, commands string, jsonOut, batch bool) 
 	// command's streams are cancelled and the connection closed (the
 	// launcher sees them end), then the process exits.
 	ctx, hangup := hangupContext(cmd.Context())
-	stopWatch := watchHangup(cmd.InOrStdin(), cmd.OutOrStdout(), func() {
+	stopWatch := watchHangup(cmd.InOrStdin(), cmd.OutOrStdout(), eofHangup, func() {
 		hangup()
 		_ = conn.Close()
 	})

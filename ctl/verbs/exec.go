@@ -38,10 +38,13 @@ var RemoteSocket = path.Join(launcherpod.SocketsDir, launcherpod.Socket)
 // remoteShellArgv is the command run in the launcher Pod's compute
 // container for kemuctl shell VMI: the launcher image's kemuctl on the
 // launcher socket. batch passes commands with -c (even when empty).
-func remoteShellArgv(commands string, batch, jsonOut bool) []string {
+func remoteShellArgv(commands string, batch, jsonOut, eofHangup bool) []string {
 	argv := []string{remoteKemuctl, "shell", "--socket", RemoteSocket}
 	if batch {
 		argv = append(argv, "-c", commands)
+	}
+	if eofHangup {
+		argv = append(argv, "--"+shell.EOFHangupFlag)
 	}
 	if jsonOut {
 		argv = append(argv, "-o", "json")
@@ -203,8 +206,28 @@ func RunShell(cmd *cobra.Command, c *cli.Cluster, name, commands string, jsonOut
 		defer sizes.stop()
 		s.tty, s.sizes = true, sizes
 	}
-	err = t.exec(cmd.Context(), remoteShellArgv(commands, batch, jsonOut), s)
+	// Without a terminal, the end of the exec's stdin is all the remote
+	// shell learns of this process going away (killed, connection lost):
+	// for commands that read no input, stdin is held open until the exec
+	// ends and its end means "client gone" there.
+	eofHangup := !s.tty && batch && !shell.ReadsInput(commands)
+	ctx := cmd.Context()
+	if eofHangup {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		s.in = heldOpen{ctx}
+	}
+	err = t.exec(ctx, remoteShellArgv(commands, batch, jsonOut, eofHangup), s)
 	return t.execResult("shell", errOut, err)
+}
+
+// heldOpen is a stdin that gives nothing and ends only with its context.
+type heldOpen struct{ ctx context.Context }
+
+func (h heldOpen) Read([]byte) (int, error) {
+	<-h.ctx.Done()
+	return 0, io.EOF
 }
 
 // termSizes reports a terminal's size, first at once and then on SIGWINCH.

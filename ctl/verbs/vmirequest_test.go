@@ -42,12 +42,13 @@ func TestRemoteArgv(t *testing.T) {
 		got  []string
 		want []string
 	}{
-		{"shell interactive", remoteShellArgv("", false, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock}},
-		{"shell -c", remoteShellArgv("status; stats", true, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-c", "status; stats"}},
-		{"shell -c ''", remoteShellArgv("", true, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-c", ""}},
-		{"shell -o json", remoteShellArgv(`qmp query-status {"a": 1}`, true, true),
+		{"shell interactive", remoteShellArgv("", false, false, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock}},
+		{"shell -c", remoteShellArgv("status; stats", true, false, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-c", "status; stats"}},
+		{"shell -c ''", remoteShellArgv("", true, false, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-c", ""}},
+		{"shell -o json", remoteShellArgv(`qmp query-status {"a": 1}`, true, true, false),
 			[]string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-c", `qmp query-status {"a": 1}`, "-o", "json"}},
-		{"shell interactive json", remoteShellArgv("", false, true), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-o", "json"}},
+		{"shell interactive json", remoteShellArgv("", false, true, false), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-o", "json"}},
+		{"shell -c events, stdin held open", remoteShellArgv("events", true, false, true), []string{"/usr/bin/kemuctl", "shell", "--socket", sock, "-c", "events", "--eof-hangup"}},
 	} {
 		if !slices.Equal(tc.got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, tc.got, tc.want)
