@@ -143,7 +143,7 @@ func TestShellThroughPod(t *testing.T) {
 				VolumeMounts: []corev1.VolumeMount{{Name: launcherpod.SocketsVolume, MountPath: launcherpod.SocketsDir}},
 				// Ready once the image's kemuctl reaches the fake.
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-					Command: remoteShellArgv("status", true, false)}}, PeriodSeconds: 1, TimeoutSeconds: 10},
+					Command: remoteShellArgv("status", true, false, false)}}, PeriodSeconds: 1, TimeoutSeconds: 10},
 			}},
 			Volumes: []corev1.Volume{{Name: launcherpod.SocketsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
