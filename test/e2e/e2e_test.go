@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	v1 "github.com/kemu-dev/kemu/api/v1alpha1"
+	"github.com/kemu-dev/kemu/test/testguest"
 )
 
 // bootTimeout bounds a VMI's create → Running under TCG on shared cores
@@ -187,7 +187,7 @@ func TestContainerDiskVMI(t *testing.T) {
 	// used to run, holding its launcher streams, until the Pod died.
 	t.Run("shell ends with its killed client", func(t *testing.T) {
 		cmd := exec.CommandContext(ctx, ev.kemuctl, "shell", name, "-n", ns, "-c", "events", "--kubeconfig", ev.c.Kubeconfig)
-		var out bytes.Buffer
+		var out testguest.SyncBuffer // read while kemuctl writes
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
