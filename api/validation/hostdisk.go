@@ -11,10 +11,10 @@ import (
 )
 
 // HostDiskDirsKey is the kemu-config key (and the controller's, kemu-api's
-// and the node agent's --host-disk-dirs flag) naming the host directories hostDisks may
-// live under. Default: none, so a cluster refuses every hostDisk until an
-// administrator chooses a directory. `kemuctl run` (the user's own machine)
-// does not apply it.
+// and the node agent's --host-disk-dirs flag) naming the host directories
+// hostDisks may live under. Default: none, so a cluster refuses every
+// hostDisk until an administrator chooses a directory. `kemuctl run` (the
+// user's own machine) does not apply it.
 const HostDiskDirsKey = "hostDiskDirs"
 
 // ParseHostDiskDirs reads a comma- or space-separated list of absolute,
